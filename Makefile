@@ -1,0 +1,51 @@
+# plantstore: thin targets over the virtualenv in .venv.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN = $(VENV)/bin
+PG_TEST_URL ?= postgresql://postgres@127.0.0.1:5432/test
+PLANTSTORE_DATABASE_URL ?= sqlite:///plantstore.db
+export PLANTSTORE_DATABASE_URL
+
+.PHONY: install install-test migrate run test test-sqlite test-postgres clean
+
+$(BIN)/.installed: setup.py setup.cfg
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[postgres]'
+	touch $@
+
+$(BIN)/.installed-test: $(BIN)/.installed
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+install: $(BIN)/.installed
+install-test: $(BIN)/.installed-test
+
+migrate: install
+	$(BIN)/plantstore db upgrade
+
+run: migrate
+	@echo "plantstore on http://localhost:$${PORT:-8000} (database $(PLANTSTORE_DATABASE_URL))."
+	@echo "Get a token in another shell:"
+	@echo "  $(BIN)/plantstore users create alice && TOKEN=\$$($(BIN)/plantstore tokens create alice)"
+	HOST=$${HOST:-0.0.0.0} $(BIN)/gunicorn -c config/gunicorn.conf.py wsgi:app
+
+# The suite on SQLite, then on PostgreSQL when it answers at PG_TEST_URL.
+# Under CI (CI=true) an unreachable PostgreSQL fails the run instead.
+test: test-sqlite test-postgres
+
+test-sqlite: install-test
+	env -u PLANTSTORE_TEST_DATABASE_URL $(BIN)/pytest $(PYTEST_ARGS)
+
+test-postgres: install-test
+	@if $(BIN)/python -m plantstore.db_probe "$(PG_TEST_URL)"; then \
+		echo "== PostgreSQL suite ($(PG_TEST_URL)) =="; \
+		PLANTSTORE_TEST_DATABASE_URL="$(PG_TEST_URL)" $(BIN)/pytest $(PYTEST_ARGS); \
+	elif [ "$$CI" = "true" ]; then \
+		echo "PostgreSQL unreachable at $(PG_TEST_URL): required under CI" >&2; exit 1; \
+	else \
+		echo "== PostgreSQL suite SKIPPED: nothing answers at $(PG_TEST_URL) (set PG_TEST_URL) =="; \
+	fi
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -1,0 +1,40 @@
+"""plantstore: a plant store HTTP service with bearer tokens and webhooks."""
+from flask import Flask
+from werkzeug.middleware.proxy_fix import ProxyFix
+
+from . import settings
+from .api import Api
+from .db import init_database
+from .cli import register_commands
+from .errors import register_error_handlers
+from .health import blp as health_blp
+from .openapi import complete_spec, register_converters, spec_config
+from .plants.routes import blp as plants_blp
+
+__version__ = "1.0.0"
+
+
+def create_app(config=None):
+    """Build the WSGI app: settings → database → errors → API → docs → CLI."""
+    app = Flask(__name__)
+    settings.load(app, config)
+    # Keep fields in the order schemas declare them ("error" before "message").
+    app.json.sort_keys = False
+    app.config.update(spec_config())
+    init_database(app)
+    register_error_handlers(app)
+
+    api = Api(app)
+    register_converters(app, api)
+    api.register_blueprint(plants_blp)
+    complete_spec(app, api)
+
+    app.register_blueprint(health_blp)
+
+    register_commands(app)
+
+    proxies = int(app.config["TRUSTED_PROXIES"])
+    if proxies:
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=proxies, x_proto=proxies,
+                                x_host=proxies, x_port=proxies, x_prefix=proxies)
+    return app

@@ -1,0 +1,117 @@
+"""Bearer tokens (RFC 6750): issue, hash, verify, revoke, and the 401/403 answers.
+
+A token is ``<prefix><43 url-safe characters>`` (256 bits of entropy). Only
+its SHA-256 digest is stored; a request's token is hashed, found by digest
+and the digests compared in constant time.
+"""
+import datetime
+import functools
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from flask import current_app, g, request
+
+from .errors import error_response
+from .models import Token, User, utcnow
+
+READ, WRITE = "plants:read", "plants:write"
+ALL_SCOPES = (READ, WRITE)
+REALM = 'Bearer realm="plantstore"'
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling, as far as authorization cares."""
+    user_id: int
+    is_admin: bool
+    scopes: frozenset
+
+
+def digest(secret):
+    """The stored form of a token: hex SHA-256 of its text."""
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def issue_token(user, scopes=ALL_SCOPES, expires_in_days=None, prefix="pst_"):
+    """Create a token for ``user``; returns (row, secret). The secret is shown once."""
+    unknown = set(scopes) - set(ALL_SCOPES)
+    if unknown:
+        raise ValueError(f"unknown scope(s): {', '.join(sorted(unknown))}")
+    secret = prefix + secrets.token_urlsafe(32)
+    expires_at = None
+    if expires_in_days is not None:
+        expires_at = utcnow() + datetime.timedelta(days=expires_in_days)
+    row = Token.create(user=user, digest=digest(secret), hint=secret[:len(prefix) + 4],
+                       scopes=" ".join(sorted(scopes)), expires_at=expires_at)
+    return row, secret
+
+
+def revoke_token(token_id):
+    """Revoke a token by id; returns False when no live token has that id."""
+    return bool(Token.update(revoked_at=utcnow())
+                .where(Token.id == token_id, Token.revoked_at.is_null())
+                .execute())
+
+
+def find_caller(secret):
+    """The Caller a presented token stands for, or None if it is not valid now."""
+    wanted = digest(secret)
+    row = (Token.select(Token.digest, Token.scopes, Token.expires_at,
+                        Token.revoked_at, User.id, User.is_admin)
+           .join(User).where(Token.digest == wanted).tuples().first())
+    if row is None:
+        return None
+    stored, scopes, expires_at, revoked_at, user_id, is_admin = row
+    if not hmac.compare_digest(stored, wanted) or revoked_at is not None:
+        return None
+    if expires_at is not None and expires_at <= utcnow():
+        return None
+    return Caller(user_id, bool(is_admin), frozenset(scopes.split()))
+
+
+def _presented_token():
+    """The token of the Authorization header: None if absent, "" if malformed."""
+    header = request.headers.get("Authorization")
+    if header is None:
+        return None
+    scheme, _, credentials = header.partition(" ")
+    # RFC 6750 b64token: one run of token68 characters, nothing around it.
+    if scheme.lower() != "bearer" or not credentials or " " in credentials:
+        return ""
+    return credentials
+
+
+def _unauthorized(message, presented):
+    challenge = REALM + (', error="invalid_token"' if presented else "")
+    return error_response(401, message, headers={"WWW-Authenticate": challenge})
+
+
+def require_scope(scope):
+    """View decorator: a valid bearer token with ``scope``, else 401/403."""
+    def decorate(view):
+        @functools.wraps(view)
+        def guarded(*args, **kwargs):
+            secret = _presented_token()
+            if secret is None:
+                return _unauthorized("A bearer token is required.", presented=False)
+            caller = find_caller(secret) if secret else None
+            if caller is None:
+                return _unauthorized(
+                    "The bearer token is malformed, unknown, revoked or expired.",
+                    presented=True)
+            if scope not in caller.scopes:
+                return error_response(
+                    403, f"The token lacks the {scope!r} scope.",
+                    headers={"WWW-Authenticate":
+                             f'{REALM}, error="insufficient_scope", scope="{scope}"'})
+            g.caller = caller
+            return view(*args, **kwargs)
+        return guarded
+    return decorate
+
+
+def token_prefix():
+    """The configured prefix of issued tokens."""
+    return current_app.config["TOKEN_PREFIX"]

@@ -1,0 +1,163 @@
+"""The ``plantstore`` command: the Flask CLI plus the operators' commands.
+
+``plantstore db``, ``users`` and ``tokens`` live here; each command group
+prints what a script needs on stdout and explains failures on stderr with a
+non-zero exit.
+"""
+import sys
+
+import click
+from flask import current_app
+from flask.cli import FlaskGroup
+from peewee import DatabaseError, IntegrityError
+
+from . import db
+from .auth import ALL_SCOPES, issue_token, revoke_token
+from .models import Token, User, utcnow
+
+
+def _find_user(name):
+    user = User.get_or_none(User.name == name)
+    if user is None:
+        raise click.ClickException(f"no user named {name!r}")
+    return user
+
+
+@click.group("db")
+def db_cli():
+    """Database schema migrations."""
+
+
+@db_cli.command("upgrade")
+def db_upgrade():
+    """Apply every pending migration."""
+    applied = db.upgrade()
+    click.echo("\n".join(f"applied {name}" for name in applied) or "up to date")
+
+
+@db_cli.command("status")
+def db_status():
+    """List migrations and whether each is applied."""
+    with db.database.connection_context():
+        for migration in db.migration_runner().status():
+            state = f"applied {migration.applied:%Y-%m-%d %H:%M}" if migration.applied else "pending"
+            click.echo(f"{migration.name}  {state}")
+
+
+@click.group("users")
+def users_cli():
+    """Create, list and delete users."""
+
+
+@users_cli.command("create")
+@click.argument("name")
+@click.option("--admin", is_flag=True, help="The user sees every user's plants.")
+def users_create(name, admin):
+    """Create a user called NAME."""
+    if not name.strip() or len(name) > 100:
+        raise click.ClickException("a user name is 1 to 100 characters")
+    try:
+        with db.database.atomic():
+            User.create(name=name, is_admin=admin)
+    except IntegrityError:
+        raise click.ClickException(f"a user named {name!r} already exists") from None
+    click.echo(f"created user {name}" + (" (admin)" if admin else ""))
+
+
+@users_cli.command("list")
+def users_list():
+    """List users."""
+    for user in User.select().order_by(User.name):
+        click.echo(f"{user.name}\t{'admin' if user.is_admin else 'user'}")
+
+
+@users_cli.command("delete")
+@click.argument("name")
+def users_delete(name):
+    """Delete user NAME with their tokens and plants."""
+    user = _find_user(name)
+    with db.database.atomic():
+        user.delete_instance(recursive=True)
+    click.echo(f"deleted user {name}")
+
+
+@click.group("tokens")
+def tokens_cli():
+    """Issue, list and revoke bearer tokens."""
+
+
+@tokens_cli.command("create")
+@click.argument("name")
+@click.option("--expires-in", "expires_in", type=click.IntRange(min=1), metavar="DAYS",
+              help="Days until the token expires (default: never).")
+@click.option("--scope", "scopes", multiple=True, type=click.Choice(ALL_SCOPES),
+              help="Grant only this scope (repeatable; default: all).")
+def tokens_create(name, expires_in, scopes):
+    """Issue a token for user NAME and print it (it is shown only this once)."""
+    user = _find_user(name)
+    with db.database.atomic():
+        _, secret = issue_token(user, scopes or ALL_SCOPES, expires_in,
+                                prefix=current_app.config["TOKEN_PREFIX"])
+    click.echo(secret)
+
+
+@tokens_cli.command("list")
+@click.argument("name", required=False)
+def tokens_list(name):
+    """List tokens (of user NAME, or of everybody): id, user, hint, state."""
+    query = Token.select(Token, User).join(User).order_by(Token.id)
+    if name:
+        query = query.where(Token.user == _find_user(name))
+    now = utcnow()
+    for token in query:
+        if token.revoked_at:
+            state = f"revoked {token.revoked_at:%Y-%m-%d}"
+        elif token.expires_at and token.expires_at <= now:
+            state = f"expired {token.expires_at:%Y-%m-%d}"
+        elif token.expires_at:
+            state = f"expires {token.expires_at:%Y-%m-%d}"
+        else:
+            state = "active"
+        click.echo(f"{token.id}\t{token.user.name}\t{token.hint}...\t{token.scopes}\t{state}")
+
+
+@tokens_cli.command("revoke")
+@click.argument("token_id", type=int)
+def tokens_revoke(token_id):
+    """Revoke the token with id TOKEN_ID (see `tokens list`)."""
+    if not revoke_token(token_id):
+        raise click.ClickException(f"no active token with id {token_id}")
+    click.echo(f"revoked token {token_id}")
+
+
+def register_commands(app):
+    """Attach the operators' command groups to the app's CLI."""
+    for group in (db_cli, users_cli, tokens_cli):
+        app.cli.add_command(group)
+
+
+def _create_app():
+    from . import create_app
+    return create_app()
+
+
+cli = FlaskGroup(create_app=_create_app, add_version_option=True,
+                 help="Operate plantstore: database, users, tokens, webhooks, worker.")
+
+
+def main():
+    """Console-script entry point: run a command, explain database failures."""
+    try:
+        exit_code = cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted!", err=True)
+        sys.exit(1)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except DatabaseError as error:
+        click.echo(f"Error: database error: {error}\n"
+                   "Is the database reachable, and has `plantstore db upgrade` run?",
+                   err=True)
+        sys.exit(1)
+    sys.exit(exit_code if isinstance(exit_code, int) else 0)

@@ -1,0 +1,93 @@
+"""The database: URL → peewee database, per-request connections, migrations.
+
+Models bind to ``database``, a proxy that ``init_database`` points at the real
+database inside the app factory (never at import time), so one process can
+serve SQLite in one test and PostgreSQL in the next.
+"""
+import os
+from urllib.parse import parse_qsl, urlsplit
+
+from peewee import DatabaseProxy, SqliteDatabase
+from playhouse.migrations import Runner
+from playhouse.pool import PooledPostgresqlDatabase, PooledSqliteDatabase
+
+database = DatabaseProxy()
+
+MIGRATIONS_DIR = os.path.join(os.path.dirname(__file__), "migrations")
+
+# WAL lets readers run beside one writer; the busy timeout makes a writer
+# wait for the lock instead of failing with "database is locked"; writes
+# begin IMMEDIATE (see lock_type below) so a transaction never has to upgrade
+# a read lock to a write lock, which is what deadlocks under concurrency.
+SQLITE_PRAGMAS = {
+    "journal_mode": "wal",
+    "busy_timeout": 30000,
+    "synchronous": "normal",
+    "foreign_keys": 1,
+}
+
+
+class DatabaseURLError(ValueError):
+    """The configured database URL names no supported database."""
+
+
+def database_from_url(url, pool_size=8):
+    """Build the peewee database an URL describes (sqlite or postgresql)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.split("+")[0]
+    if scheme == "sqlite":
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        if not path or path == ":memory:":
+            raise DatabaseURLError(
+                "an in-memory SQLite database is not shared between requests; "
+                "use a file, e.g. sqlite:///plantstore.db")
+        return PooledSqliteDatabase(
+            path, pragmas=SQLITE_PRAGMAS, lock_type="IMMEDIATE",
+            max_connections=pool_size, stale_timeout=300, timeout=10,
+            check_same_thread=False)
+    if scheme in ("postgres", "postgresql"):
+        options = dict(parse_qsl(parts.query))
+        return PooledPostgresqlDatabase(
+            parts.path.lstrip("/"), user=parts.username, password=parts.password,
+            host=parts.hostname, port=parts.port, max_connections=pool_size,
+            stale_timeout=300, timeout=10, **options)
+    raise DatabaseURLError(
+        f"unsupported database URL scheme {parts.scheme!r}: "
+        "use sqlite:///path.db or postgresql://user@host/dbname")
+
+
+def is_sqlite():
+    """True when the bound database is SQLite (its locking differs)."""
+    return isinstance(database.obj, SqliteDatabase)
+
+
+def init_database(app):
+    """Bind the proxy to the configured database and manage connections.
+
+    Connections open lazily on the first query of a request and go back to
+    the pool when the request ends, whatever happened in it.
+    """
+    database.initialize(database_from_url(
+        app.config["DATABASE_URL"], app.config["DATABASE_POOL_SIZE"]))
+
+    @app.teardown_request
+    def release_connection(exc):
+        if not database.is_closed():
+            database.close()
+
+
+def reset_after_fork():
+    """Forget connections inherited from a parent process (gunicorn post_fork)."""
+    if database.obj is not None:
+        database.dispose()
+
+
+def migration_runner():
+    """The peewee migration runner for the package's numbered scripts."""
+    return Runner(database, directory=MIGRATIONS_DIR)
+
+
+def upgrade():
+    """Apply every pending migration; returns the names applied."""
+    with database.connection_context():
+        return migration_runner().up()

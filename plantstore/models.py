@@ -1,0 +1,105 @@
+"""The stored things: users and their tokens, plants, webhook subscriptions
+and the outbox of deliveries with their attempts.
+
+The schema itself is created and changed only by the numbered scripts in
+``plantstore/migrations``; these classes describe it for queries.
+"""
+import datetime
+
+from peewee import (AutoField, BigIntegerField, BooleanField, CharField,
+                    DateTimeField, ForeignKeyField, IntegerField, Model,
+                    TextField)
+
+from .db import database
+
+
+def utcnow():
+    """The current time in UTC, naive (how every timestamp is stored)."""
+    return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+
+
+class BaseModel(Model):
+    class Meta:
+        database = database
+        legacy_table_names = False
+
+
+class User(BaseModel):
+    """Someone who owns plants; admins see everybody's."""
+    id = AutoField()
+    name = CharField(max_length=100, unique=True)
+    is_admin = BooleanField(default=False)
+    created_at = DateTimeField(default=utcnow)
+
+
+class Token(BaseModel):
+    """A bearer token, kept only as the SHA-256 digest of its secret."""
+    id = AutoField()
+    user = ForeignKeyField(User, backref="tokens", on_delete="CASCADE")
+    digest = CharField(max_length=64, unique=True)
+    hint = CharField(max_length=16)  # prefix and first characters, for lists
+    scopes = CharField(max_length=200)  # space-separated
+    created_at = DateTimeField(default=utcnow)
+    expires_at = DateTimeField(null=True)
+    revoked_at = DateTimeField(null=True)
+
+
+class Plant(BaseModel):
+    """A plant in the store; its id is chosen by the client."""
+    id = BigIntegerField(primary_key=True)
+    owner = ForeignKeyField(User, backref="plants", on_delete="CASCADE")
+    name = TextField()
+    tag = TextField(null=True)
+    created_at = DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("owner", "id"), False),)
+
+
+class Subscription(BaseModel):
+    """A webhook receiver that is told about every new plant."""
+    id = AutoField()
+    url = TextField()
+    bearer_token = TextField(null=True)
+    secret = CharField(max_length=100)
+    previous_secret = CharField(max_length=100, null=True)
+    previous_secret_expires_at = DateTimeField(null=True)
+    is_active = BooleanField(default=True)
+    disabled_reason = TextField(null=True)
+    created_at = DateTimeField(default=utcnow)
+
+
+class Delivery(BaseModel):
+    """One event for one subscription: the outbox row, written with the plant."""
+    PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
+
+    id = AutoField()
+    subscription = ForeignKeyField(Subscription, backref="deliveries",
+                                   on_delete="CASCADE")
+    message_id = CharField(max_length=64, unique=True)  # the webhook-id
+    event_type = CharField(max_length=64)
+    payload = TextField()  # the exact JSON body that is signed and sent
+    status = CharField(max_length=16, default=PENDING)
+    attempts = IntegerField(default=0)
+    next_attempt_at = DateTimeField(default=utcnow)
+    locked_until = DateTimeField(null=True)
+    last_error = TextField(null=True)
+    created_at = DateTimeField(default=utcnow)
+    delivered_at = DateTimeField(null=True)
+
+    class Meta:
+        indexes = ((("status", "next_attempt_at"), False),)
+
+
+class Attempt(BaseModel):
+    """One try at sending a delivery, kept for `plantstore deliveries show`."""
+    id = AutoField()
+    delivery = ForeignKeyField(Delivery, backref="attempt_log",
+                               on_delete="CASCADE")
+    started_at = DateTimeField(default=utcnow)
+    status_code = IntegerField(null=True)
+    error = TextField(null=True)
+    duration_ms = IntegerField()
+
+
+ALL_MODELS = [User, Token, Plant, Subscription, Delivery, Attempt]

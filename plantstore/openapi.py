@@ -1,0 +1,95 @@
+"""The served OpenAPI 3.1 document's extras and the docs page.
+
+flask-smorest documents the routes; this adds what it cannot know: the
+bearer scheme, the integer type of the plant id path segment, the list
+bounds taken from configuration, the "New Plant" webhook (apispec has no
+notion of OpenAPI 3.1 ``webhooks``), and Swagger UI served from the
+installed flask-swagger-ui package, with no CDN.
+"""
+from flask_swagger_ui import get_swaggerui_blueprint
+from werkzeug.routing import BaseConverter
+
+from .plants.schemas import NewPlantSchema
+
+API_TITLE = "OpenAPI Plant Store"
+API_VERSION = "1.0.0"
+OPENAPI_VERSION = "3.1.0"
+DOCS_PATH = "/docs"
+
+
+class PlantIdConverter(BaseConverter):
+    """Any single path segment; the view turns it into an int64 or a 400.
+
+    Documented as an int64. Matching loosely lets the view authenticate
+    first, so a bad id from an anonymous caller still gets a 401.
+    """
+    regex = "[^/]+"
+
+
+def spec_config():
+    """The app config keys flask-smorest reads to build and serve the document."""
+    return {
+        "API_TITLE": API_TITLE,
+        "API_VERSION": API_VERSION,
+        "OPENAPI_VERSION": OPENAPI_VERSION,
+        "OPENAPI_URL_PREFIX": "/",
+        "OPENAPI_JSON_PATH": "openapi.json",
+        "API_SPEC_OPTIONS": {
+            "info": {
+                "description": "A plant store: add, list and delete plants, and "
+                               "hear about new ones through the New Plant webhook.",
+                "license": {"name": "MIT", "identifier": "MIT"},
+            },
+            "security": [{"bearerAuth": []}],
+            "webhooks": {
+                "/plant/webhook": {"post": {
+                    "summary": "New Plant",
+                    "description": "Information about a new plant added to the "
+                                   "store, signed per Standard Webhooks "
+                                   "(webhook-id, webhook-timestamp, "
+                                   "webhook-signature headers).",
+                    "security": [{"bearerAuth": []}],
+                    "requestBody": {
+                        "description": "Plant added to the store",
+                        "content": {"application/json": {"schema": {
+                            "$ref": "#/components/schemas/NewPlant"}}},
+                    },
+                    "responses": {"200": {
+                        "description": "Return a 200 status to indicate that the "
+                                       "data was received successfully"}},
+                }},
+            },
+        },
+    }
+
+
+def _document_list_bounds(spec, config):
+    """Write the configured default and maximum of ``limit`` into the document."""
+    operation = spec._paths["/plants"]["get"]
+    for parameter in operation["parameters"]:
+        if parameter["name"] == "limit":
+            parameter["schema"]["maximum"] = config["LIST_LIMIT_MAX"]
+            parameter["schema"]["default"] = min(config["LIST_LIMIT_DEFAULT"],
+                                                 config["LIST_LIMIT_MAX"])
+
+
+def register_converters(app, api):
+    """The path converters routes use, and how the document describes them."""
+    app.url_map.converters["plant_id"] = PlantIdConverter
+    api.register_converter(PlantIdConverter,
+                           lambda converter: {"type": "integer", "format": "int64"})
+
+
+def complete_spec(app, api):
+    """Add what flask-smorest leaves out; call after the blueprints are registered."""
+    api.spec.components.security_scheme(
+        "bearerAuth", {"type": "http", "scheme": "bearer",
+                       "description": "A plantstore token (pst_...)."})
+    if "NewPlant" not in api.spec.components.schemas:
+        api.spec.components.schema("NewPlant", schema=NewPlantSchema)
+    # smorest's page-number pagination is not used: plants page by keyset.
+    api.spec.components.schemas.pop("PaginationMetadata", None)
+    _document_list_bounds(api.spec, app.config)
+    app.register_blueprint(get_swaggerui_blueprint(
+        DOCS_PATH, "/openapi.json",
+        config={"app_name": API_TITLE, "persistAuthorization": True}))

@@ -1,0 +1,136 @@
+"""The three plant operations: create, list (keyset-paged), delete."""
+import functools
+import re
+
+from flask import current_app, g, json, request
+from flask_smorest import abort
+from peewee import IntegrityError
+
+from ..api import Blueprint
+from ..auth import READ, WRITE, require_scope
+from ..db import database
+from ..errors import ErrorSchema
+from ..models import Plant
+from ..webhooks import outbox
+from .schemas import (INT64_MAX, INT64_MIN, NewPlantSchema, PlantQueryArgsSchema,
+                      PlantSchema, plant_json)
+
+INTEGER = re.compile(r"-?[0-9]+")
+
+blp = Blueprint("plants", __name__, description="Plants in the store")
+
+LINK_HEADER_DOC = {"Link": {
+    "description": 'RFC 8288 link to the next page (rel="next"), present when '
+                   "more plants follow",
+    "schema": {"type": "string"}}}
+
+
+def _errors(*statuses):
+    """Document the error answers an operation really gives."""
+    def decorate(view):
+        for status in statuses:
+            view = blp.alt_response(status, schema=ErrorSchema)(view)
+        return view
+    return decorate
+
+
+def _json_response(body, status=200, headers=None):
+    """A response whose body is ``body`` dumped as the app's JSON provider does."""
+    return current_app.response_class(
+        json.dumps(body), status=status, headers=headers, mimetype="application/json")
+
+
+def json_body_required(view):
+    """415 unless the request body is declared as JSON (checked after auth)."""
+    @functools.wraps(view)
+    def checked(*args, **kwargs):
+        if not request.is_json:
+            abort(415, message="The request body must be JSON "
+                               "(Content-Type: application/json).")
+        return view(*args, **kwargs)
+    return checked
+
+
+def _visible_plants():
+    """The plants the caller may see: their own, or all for an admin."""
+    query = Plant.select()
+    if not g.caller.is_admin:
+        query = query.where(Plant.owner == g.caller.user_id)
+    return query
+
+
+@blp.route("/plants", methods=["GET"])
+@require_scope(READ)
+@blp.arguments(PlantQueryArgsSchema, location="query", as_kwargs=True)
+@blp.response(200, PlantSchema(many=True), headers=LINK_HEADER_DOC,
+              description="Plant response")
+@_errors(401, 403)
+def list_plants(limit=None, after=None):
+    """Returns all plants from the system that the user has access to.
+
+    Ordered by id. When more plants remain, a Link header points at the next
+    page.
+    """
+    limit_max = current_app.config["LIST_LIMIT_MAX"]
+    if limit is None:
+        limit = min(current_app.config["LIST_LIMIT_DEFAULT"], limit_max)
+    elif limit > limit_max:
+        abort(400, messages={"query": {"limit": [
+            f"Must be less than or equal to {limit_max}."]}})
+    query = _visible_plants().select(Plant.id, Plant.name, Plant.tag)
+    if after is not None:
+        query = query.where(Plant.id > after)
+    rows = list(query.order_by(Plant.id).limit(limit + 1).tuples())
+    headers = {}
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_page = f"{request.script_root}/plants?limit={limit}&after={rows[-1][0]}"
+        headers["Link"] = f'<{next_page}>; rel="next"'
+    return _json_response([plant_json(name, tag) for _, name, tag in rows],
+                          headers=headers)
+
+
+@blp.route("/plants", methods=["POST"])
+@require_scope(WRITE)
+@json_body_required
+@blp.arguments(NewPlantSchema, description="Plant to add to the store")
+@blp.response(200, PlantSchema, description="plant response")
+@_errors(401, 403, 409, 413, 415)
+def create_plant(new_plant):
+    """Creates a new plant in the store.
+
+    The id is chosen by the client and must be unused (409 otherwise). Every
+    active webhook subscription is told, at least once.
+    """
+    try:
+        with database.atomic():
+            plant = Plant.create(owner=g.caller.user_id, **new_plant)
+            outbox.record_new_plant(plant)
+    except IntegrityError:
+        abort(409, message=f"A plant with id {new_plant['id']} already exists.")
+    return _json_response(plant_json(plant.name, plant.tag))
+
+
+def _plant_id(raw):
+    """The int64 a path segment names, or a 400."""
+    if not INTEGER.fullmatch(raw) or not INT64_MIN <= int(raw) <= INT64_MAX:
+        abort(400, messages={"path": {"id": ["Must be an integer in the int64 range."]}})
+    return int(raw)
+
+
+@blp.route("/plants/<plant_id:id>", methods=["DELETE"])
+@require_scope(WRITE)
+@blp.response(204, description="Plant deleted")
+@_errors(400, 401, 403, 404)
+def delete_plant(id):
+    """Deletes a single plant based on the ID supplied."""
+    plant_id = _plant_id(id)
+    query = Plant.delete().where(Plant.id == plant_id)
+    if not g.caller.is_admin:
+        query = query.where(Plant.owner == g.caller.user_id)
+    deleted = query.execute()
+    if not deleted:
+        abort(404, message=f"No plant with id {plant_id}.")
+    response = current_app.response_class(status=204)
+    del response.headers["Content-Type"]
+    return response

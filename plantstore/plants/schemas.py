@@ -1,0 +1,92 @@
+"""The documented shapes of plants: the contract clients are generated from.
+
+``Plant`` is what the service answers, ``NewPlant`` what a client sends to
+create one (and what webhook receivers get), ``PlantQueryArgs`` the list's
+query string.
+"""
+import marshmallow as ma
+from marshmallow import validate
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+NAME_MAX_LENGTH = TAG_MAX_LENGTH = 255
+
+
+class Int64(ma.fields.Integer):
+    """An integer within int64; strict (the JSON body): no floats, strings or booleans."""
+
+    def __init__(self, strict=True, **kwargs):
+        super().__init__(strict=strict, validate=validate.Range(INT64_MIN, INT64_MAX),
+                         metadata={"format": "int64", **kwargs.pop("metadata", {})},
+                         **kwargs)
+
+    def _validated(self, value):
+        if isinstance(value, bool):
+            raise self.make_error("invalid")
+        return super()._validated(value)
+
+
+class Text(ma.fields.String):
+    """A string that every supported database can store as it is.
+
+    PostgreSQL refuses NUL characters and no database takes unpaired
+    surrogates (which JSON's \\ud800 escapes can produce), so both are
+    refused here with a 400 instead of failing at the database.
+    """
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        text = super()._deserialize(value, attr, data, **kwargs)
+        if "\x00" in text:
+            raise ma.ValidationError("Must not contain NUL characters.")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ma.ValidationError("Must be valid Unicode text.") from None
+        return text
+
+
+class PlantSchema(ma.Schema):
+    """A plant as the service shows it: never its id, no tag key when unset."""
+
+    class Meta:
+        ordered = True
+
+    name = Text(required=True, validate=validate.Length(1, NAME_MAX_LENGTH),
+                metadata={"description": "The name of the plant"})
+    tag = Text(validate=validate.Length(max=TAG_MAX_LENGTH),
+               metadata={"description": "Tag to specify the type"})
+
+    @ma.post_dump
+    def drop_unset_tag(self, data, **kwargs):
+        if data.get("tag") is None:
+            data.pop("tag", None)
+        return data
+
+
+class NewPlantSchema(PlantSchema):
+    """A plant to add to the store, with the id its client chose."""
+
+    class Meta:
+        ordered = True
+        unknown = ma.EXCLUDE
+
+    id = Int64(required=True, metadata={"description": "Identification number of the plant"})
+
+
+class PlantQueryArgsSchema(ma.Schema):
+    """GET /plants query: page size and the keyset cursor of the next page."""
+    limit = ma.fields.Integer(
+        validate=validate.Range(min=1),
+        metadata={"description": "The maximum number of results to return",
+                  "format": "int32"})
+    after = Int64(strict=False, metadata={
+        "description": "Cursor: list only plants whose id is greater than this "
+                       "(taken from the Link header of the previous page)"})
+
+
+def plant_json(name, tag):
+    """The dict ``PlantSchema().dump`` makes of a stored plant, without its cost.
+
+    The list route builds hundreds of these per request; tests pin that the
+    two produce the same bytes.
+    """
+    return {"name": name} if tag is None else {"name": name, "tag": tag}

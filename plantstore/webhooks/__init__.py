@@ -1,0 +1,1 @@
+"""The "New Plant" webhook: the outbox, signing, sending and the worker."""
