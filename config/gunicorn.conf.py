@@ -17,6 +17,10 @@ worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "sync")
 graceful_timeout = 30
 timeout = 30
 keepalive = 5
+# One shared default control socket path would make several instances on a
+# machine fight over it; set GUNICORN_CONTROL_SOCKET to use gunicornc.
+control_socket = os.environ.get("GUNICORN_CONTROL_SOCKET", "")
+control_socket_disable = not control_socket
 accesslog = "-"
 errorlog = "-"
 
