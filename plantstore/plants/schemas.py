@@ -4,6 +4,8 @@
 create one (and what webhook receivers get), ``PlantQueryArgs`` the list's
 query string.
 """
+from decimal import Decimal
+
 import marshmallow as ma
 from marshmallow import validate
 
@@ -12,16 +14,28 @@ NAME_MAX_LENGTH = TAG_MAX_LENGTH = 255
 
 
 class Int64(ma.fields.Integer):
-    """An integer within int64; strict (the JSON body): no floats, strings or booleans."""
+    """An integer within int64; strict (the JSON body): no strings or booleans.
+
+    A JSON number written with a zero fraction or an exponent (``12.0``,
+    ``1.2e1``) is an integer to JSON Schema, so the document allows it: the
+    body parser reads such numbers as exact Decimals and this field takes
+    the integral ones.
+    """
 
     def __init__(self, strict=True, **kwargs):
-        super().__init__(strict=strict, validate=validate.Range(INT64_MIN, INT64_MAX),
+        self.int64_range = validate.Range(INT64_MIN, INT64_MAX)
+        super().__init__(strict=strict, validate=self.int64_range,
                          metadata={"format": "int64", **kwargs.pop("metadata", {})},
                          **kwargs)
 
     def _validated(self, value):
         if isinstance(value, bool):
             raise self.make_error("invalid")
+        if isinstance(value, Decimal):
+            if not value.is_finite() or value != value.to_integral_value():
+                raise self.make_error("invalid")
+            # Compared as a Decimal first: int() of 1e999999999 would not end.
+            value = int(self.int64_range(value))
         return super()._validated(value)
 
 
