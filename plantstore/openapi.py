@@ -73,6 +73,21 @@ def _document_list_bounds(spec, config):
                                                  config["LIST_LIMIT_MAX"])
 
 
+def _document_links(spec):
+    """Link a create to the delete of what it created (OpenAPI ``links``).
+
+    The create answer carries no id (the contract says so), so the link
+    takes it from the request body. Clients and stateful testers learn from
+    it that the id they sent is the one to delete.
+    """
+    created = spec._paths["/plants"]["post"]["responses"]["200"]
+    created["links"] = {"DeletePlant": {
+        "operationRef": "#/paths/~1plants~1%7Bid%7D/delete",
+        "parameters": {"id": "$request.body#/id"},
+        "description": "The id sent in the create request deletes the new plant.",
+    }}
+
+
 def register_converters(app, api):
     """The path converters routes use, and how the document describes them."""
     app.url_map.converters["plant_id"] = PlantIdConverter
@@ -90,6 +105,7 @@ def complete_spec(app, api):
     # smorest's page-number pagination is not used: plants page by keyset.
     api.spec.components.schemas.pop("PaginationMetadata", None)
     _document_list_bounds(api.spec, app.config)
+    _document_links(api.spec)
     app.register_blueprint(get_swaggerui_blueprint(
         DOCS_PATH, "/openapi.json",
         config={"app_name": API_TITLE, "persistAuthorization": True}))
