@@ -1,6 +1,7 @@
 """The three plant operations: create, list (keyset-paged), delete."""
 import functools
 import re
+from decimal import Decimal
 
 from flask import current_app, g, json, request
 from flask_smorest import abort
@@ -15,7 +16,8 @@ from ..webhooks import outbox
 from .schemas import (INT64_MAX, INT64_MIN, NewPlantSchema, PlantQueryArgsSchema,
                       PlantSchema, plant_json)
 
-INTEGER = re.compile(r"-?[0-9]+")
+# A JSON number: JSON Schema calls 12, 12.0 and 1.2e1 alike the integer 12.
+NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 
 blp = Blueprint("plants", __name__, description="Plants in the store")
 
@@ -112,10 +114,13 @@ def create_plant(new_plant):
 
 
 def _plant_id(raw):
-    """The int64 a path segment names, or a 400."""
-    if not INTEGER.fullmatch(raw) or not INT64_MIN <= int(raw) <= INT64_MAX:
-        abort(400, messages={"path": {"id": ["Must be an integer in the int64 range."]}})
-    return int(raw)
+    """The int64 a path segment names (written as JSON Schema allows), or a 400."""
+    if NUMBER.fullmatch(raw):
+        # Compared as a Decimal first: int() of 1e999999999 would not end.
+        value = Decimal(raw)
+        if INT64_MIN <= value <= INT64_MAX and value == value.to_integral_value():
+            return int(value)
+    abort(400, messages={"path": {"id": ["Must be an integer in the int64 range."]}})
 
 
 @blp.route("/plants/<plant_id:id>", methods=["DELETE"])
