@@ -1,30 +1,77 @@
 """gunicorn settings for plantstore: ``gunicorn -c config/gunicorn.conf.py wsgi:app``.
 
-Bind and worker count come from the environment (PORT, WEB_CONCURRENCY), as
-on most platforms; everything else is fixed here.
+Environment:
+  HOST, PORT         where to listen (default 127.0.0.1:8000); GUNICORN_BIND
+                     (e.g. unix:/run/plantstore.sock) replaces both
+  WEB_CONCURRENCY    worker processes (default: 2 per CPU core)
+  GUNICORN_WORKER_CLASS, GUNICORN_THREADS
+                     worker class (default sync) and threads per worker
+  GUNICORN_TIMEOUT, GUNICORN_GRACEFUL_TIMEOUT
+                     seconds before a silent worker is killed, and seconds
+                     in-flight requests get to finish after SIGTERM (30, 30)
+  LOG_LEVEL          gunicorn and application log level (default info)
+  PROMETHEUS_MULTIPROC_DIR
+                     where workers keep metric counts for /metrics; when
+                     unset, a fresh temporary directory per server start
+  GUNICORN_CONTROL_SOCKET
+                     gunicornc control socket path (default: none)
+
+Logs are JSON lines: access lines on stdout, everything else on stderr.
 """
 import multiprocessing
 import os
+import shutil
+import tempfile
+
+# Metric storage must be chosen before prometheus_client is first imported
+# (below, through plantstore), and the workers inherit it from here.
+# A directory made here is remembered in the environment, so a configuration
+# reload (SIGHUP) neither makes another one nor forgets to remove it.
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="plantstore-metrics-")
+    os.environ["GUNICORN_OWNED_METRICS_DIR"] = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
 # Imported here, in the master, so post_fork stays instant: a SIGTERM that
 # reaches a worker before gunicorn installs its signal handlers is lost.
-from plantstore.db import reset_after_fork
+from prometheus_client import multiprocess  # noqa: E402
+
+from plantstore.db import reset_after_fork  # noqa: E402
+from plantstore.logs import gunicorn_logconfig  # noqa: E402
 
 bind = os.environ.get("GUNICORN_BIND") or f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2))
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "sync")
-# Let in-flight requests finish on SIGTERM before workers are stopped.
-graceful_timeout = 30
-timeout = 30
+threads = int(os.environ.get("GUNICORN_THREADS", 1))
+# On SIGTERM, stop accepting and let in-flight requests finish for up to
+# graceful_timeout seconds before workers are killed.
+graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", 30))
+timeout = int(os.environ.get("GUNICORN_TIMEOUT", 30))
 keepalive = 5
 # One shared default control socket path would make several instances on a
 # machine fight over it; set GUNICORN_CONTROL_SOCKET to use gunicornc.
 control_socket = os.environ.get("GUNICORN_CONTROL_SOCKET", "")
 control_socket_disable = not control_socket
+
 accesslog = "-"
 errorlog = "-"
+loglevel = os.environ.get("LOG_LEVEL", "info")
+logger_class = "plantstore.logs.JSONAccessLogger"
+logconfig_dict = gunicorn_logconfig(loglevel.upper())
 
 
 def post_fork(server, worker):
     """Drop database connections a worker inherited from the master."""
     reset_after_fork()
+
+
+def child_exit(server, worker):
+    """Forget the live gauges of a worker that exited (prometheus multiprocess)."""
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server):
+    """Remove the temporary metrics directory this server start created."""
+    owned = os.environ.get("GUNICORN_OWNED_METRICS_DIR")
+    if owned and owned == os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        shutil.rmtree(owned, ignore_errors=True)

@@ -8,6 +8,8 @@ from .db import init_database
 from .cli import register_commands
 from .errors import register_error_handlers
 from .health import blp as health_blp
+from .logs import init_request_ids
+from .metrics import init_metrics
 from .openapi import complete_spec, register_converters, spec_config
 from .plants.routes import blp as plants_blp
 
@@ -22,6 +24,8 @@ def create_app(config=None):
     app.json.sort_keys = False
     app.config.update(spec_config())
     init_database(app)
+    init_request_ids(app)
+    init_metrics(app)
     register_error_handlers(app)
 
     api = Api(app)

@@ -1,0 +1,164 @@
+"""Structured logs: one JSON object per line, each carrying a request id.
+
+- ``init_request_ids(app)`` gives every request an id: the client's
+  ``X-Request-ID`` when it is sane (1 to 128 characters of ``[A-Za-z0-9._-]``),
+  a fresh one otherwise. The id is returned in the response's ``X-Request-ID``
+  header and left in the WSGI environ for the access log.
+- ``JSONFormatter`` writes application records as JSON, with the id of the
+  request being served.
+- ``JSONAccessLogger`` is gunicorn's logger with a JSON access line.
+- ``gunicorn_logconfig()`` is the ``logconfig_dict`` that routes gunicorn's
+  and the application's records through ``JSONFormatter`` to stdout/stderr.
+
+Bearer tokens never reach a log line: ``redact`` masks anything shaped like
+one before a line is written.
+"""
+import datetime
+import json
+import logging
+import os
+import re
+import uuid
+
+from flask import g, has_request_context, request
+from gunicorn import glogging
+
+REQUEST_ID_HEADER = "X-Request-ID"
+REQUEST_ID_ENVIRON_KEY = "plantstore.request_id"
+SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+# A token is the configured prefix then url-safe characters; "Bearer x" is
+# masked whatever follows, and so is an access_token query parameter.
+_TOKEN_PREFIX = re.escape(os.environ.get("PLANTSTORE_TOKEN_PREFIX", "pst_"))
+_SECRETS = re.compile(
+    rf"{_TOKEN_PREFIX}[A-Za-z0-9_\-]+|(?i:(bearer\s+|access_token=))[^\s&\"',;]+")
+
+
+def redact(text):
+    """``text`` with every token-shaped secret replaced by ``[REDACTED]``."""
+    if not isinstance(text, str):
+        return text
+    return _SECRETS.sub(lambda m: (m.group(1) or "") + "[REDACTED]", text)
+
+
+def request_id_from(header_value):
+    """The client's request id if it is sane (and no token), else a new one."""
+    if header_value and SANE_REQUEST_ID.fullmatch(header_value) \
+            and redact(header_value) == header_value:
+        return header_value
+    return uuid.uuid4().hex
+
+
+def current_request_id():
+    """The id of the request being served, or None outside a request."""
+    if has_request_context():
+        return g.get("request_id")
+    return None
+
+
+def init_request_ids(app):
+    """Give every request an id and return it on the response."""
+    @app.before_request
+    def assign_request_id():
+        g.request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER))
+        request.environ[REQUEST_ID_ENVIRON_KEY] = g.request_id
+
+    @app.after_request
+    def return_request_id(response):
+        request_id = g.get("request_id")
+        if request_id:
+            response.headers[REQUEST_ID_HEADER] = request_id
+        return response
+
+
+def _utc_timestamp(created):
+    return datetime.datetime.fromtimestamp(created, datetime.timezone.utc) \
+        .isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class JSONFormatter(logging.Formatter):
+    """A log record as one JSON object on one line.
+
+    Keys: ``ts`` (UTC, ISO 8601), ``level``, ``logger``, ``message``,
+    ``request_id`` (when known), the record's ``fields`` (passed as
+    ``extra={"fields": {...}}``) and ``exception`` (the traceback text).
+    """
+
+    def format(self, record):
+        entry = {
+            "ts": _utc_timestamp(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": redact(record.getMessage()),
+        }
+        fields = getattr(record, "fields", None)
+        if fields:
+            entry.update((key, redact(value)) for key, value in fields.items())
+        if not entry.get("request_id"):
+            request_id = current_request_id()
+            if request_id:
+                entry["request_id"] = request_id
+        if record.exc_info:
+            entry["exception"] = redact(self.formatException(record.exc_info))
+        return json.dumps(entry, default=str)
+
+
+class JSONAccessLogger(glogging.Logger):
+    """gunicorn's logger, whose access line is a JSON object.
+
+    Only the fields below are gathered, instead of gunicorn's every header
+    and environ variable, so a request pays little for its line.
+    """
+
+    def access(self, resp, req, environ, request_time):
+        if not self.access_log_enabled:
+            return
+        status = resp.status
+        if isinstance(status, str):
+            status = status.split(None, 1)[0]
+        try:
+            status = int(status)
+        except (TypeError, ValueError):
+            pass
+        method = environ.get("REQUEST_METHOD")
+        path = environ.get("PATH_INFO")
+        fields = {
+            "request_id": environ.get(REQUEST_ID_ENVIRON_KEY),
+            "remote_addr": environ.get("REMOTE_ADDR"),
+            "scheme": environ.get("wsgi.url_scheme"),
+            "host": environ.get("HTTP_HOST"),
+            "method": method,
+            "path": path,
+            "query": environ.get("QUERY_STRING") or None,
+            "status": status,
+            "bytes": getattr(resp, "sent", None),
+            "duration_ms": round(request_time.total_seconds() * 1000, 3),
+            "user_agent": environ.get("HTTP_USER_AGENT"),
+        }
+        try:
+            self.access_log.info("%s %s %s", method, path, status,
+                                 extra={"fields": fields})
+        except Exception:  # a log line must never break a response
+            self.exception("could not write the access log line")
+
+
+def gunicorn_logconfig(level="INFO"):
+    """gunicorn's ``logconfig_dict``: JSON lines, access to stdout, the rest to stderr."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": "plantstore.logs.JSONFormatter"}},
+        "handlers": {
+            "stdout": {"class": "logging.StreamHandler", "formatter": "json",
+                       "stream": "ext://sys.stdout"},
+            "stderr": {"class": "logging.StreamHandler", "formatter": "json",
+                       "stream": "ext://sys.stderr"},
+        },
+        "root": {"level": level, "handlers": ["stderr"]},
+        "loggers": {
+            "gunicorn.error": {"level": level, "handlers": ["stderr"],
+                               "propagate": False},
+            "gunicorn.access": {"level": "INFO", "handlers": ["stdout"],
+                                "propagate": False},
+        },
+    }

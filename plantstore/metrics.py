@@ -1,0 +1,116 @@
+"""Prometheus metrics, served at ``/metrics`` (no token) in the text format.
+
+- ``plantstore_http_requests_total{route,method,status}``: requests answered,
+  by route template (``/plants/<plant_id:id>``, ``<unmatched>`` when no route
+  matched), method and status.
+- ``plantstore_http_request_duration_seconds{route,method}``: latency histogram.
+- ``plantstore_webhook_deliveries_total{outcome}``: webhook delivery attempts
+  by the outcome the sender decided (``count_delivery``).
+- ``plantstore_outbox_pending_deliveries``: deliveries not yet delivered nor
+  given up, counted in the database when scraped.
+
+Under gunicorn every worker writes its counts into ``PROMETHEUS_MULTIPROC_DIR``
+(set up by ``config/gunicorn.conf.py``) and a scrape adds them all up, so the
+totals are right whichever worker answers. Without that variable (a single
+process, tests) the counts live in the process.
+"""
+import logging
+import os
+import time
+
+from flask import Blueprint, current_app, g, request
+from prometheus_client import (CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry,
+                               Counter, Histogram, generate_latest)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from .models import Delivery
+
+log = logging.getLogger(__name__)
+
+UNMATCHED_ROUTE = "<unmatched>"
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+REQUESTS = Counter("plantstore_http_requests",
+                   "HTTP requests answered, by route template, method and status.",
+                   ["route", "method", "status"])
+LATENCY = Histogram("plantstore_http_request_duration_seconds",
+                    "Time spent answering HTTP requests, by route template and method.",
+                    ["route", "method"])
+WEBHOOK_DELIVERIES = Counter("plantstore_webhook_deliveries",
+                             "Webhook delivery attempts, by outcome.", ["outcome"])
+
+# labels() takes a lock and builds a key on every call; the children are
+# looked up here instead, once per label combination and process.
+_request_counters = {}
+_latency_histograms = {}
+
+blp = Blueprint("metrics", __name__)
+
+
+def count_delivery(outcome):
+    """Count one webhook delivery attempt that ended in ``outcome``."""
+    WEBHOOK_DELIVERIES.labels(outcome=outcome).inc()
+
+
+def _observe(route, method, status, seconds):
+    counter = _request_counters.get((route, method, status))
+    if counter is None:
+        counter = _request_counters.setdefault(
+            (route, method, status), REQUESTS.labels(route, method, str(status)))
+    counter.inc()
+    histogram = _latency_histograms.get((route, method))
+    if histogram is None:
+        histogram = _latency_histograms.setdefault(
+            (route, method), LATENCY.labels(route, method))
+    histogram.observe(seconds)
+
+
+class OutboxBacklogCollector:
+    """The number of pending deliveries, read from the database at scrape time."""
+
+    def collect(self):
+        try:
+            pending = Delivery.select().where(Delivery.status == Delivery.PENDING).count()
+        except Exception:  # an unreachable database must not break the scrape
+            log.warning("could not count pending webhook deliveries", exc_info=True)
+            return
+        yield GaugeMetricFamily("plantstore_outbox_pending_deliveries",
+                                "Webhook deliveries waiting to be delivered.",
+                                value=pending)
+
+
+def exposition():
+    """Every metric in the Prometheus text format, summed over processes."""
+    scrape_time = CollectorRegistry()
+    scrape_time.register(OutboxBacklogCollector())
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        MultiProcessCollector(scrape_time)
+        return generate_latest(scrape_time)
+    return generate_latest(REGISTRY) + generate_latest(scrape_time)
+
+
+@blp.get("/metrics")
+def metrics():
+    """The Prometheus scrape endpoint."""
+    return current_app.response_class(exposition(), mimetype=None,
+                                      content_type=CONTENT_TYPE_LATEST)
+
+
+def init_metrics(app):
+    """Time and count every request, and serve ``/metrics``."""
+    @app.before_request
+    def start_timer():
+        g.metrics_started = time.perf_counter()
+
+    @app.after_request
+    def count_request(response):
+        started = g.get("metrics_started")
+        if started is not None:
+            rule = request.url_rule
+            method = request.method if request.method in KNOWN_METHODS else "OTHER"
+            _observe(rule.rule if rule is not None else UNMATCHED_ROUTE, method,
+                     response.status_code, time.perf_counter() - started)
+        return response
+
+    app.register_blueprint(blp)
