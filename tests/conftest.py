@@ -98,6 +98,26 @@ def bearer(token):
     return {"Authorization": f"Bearer {token}"}
 
 
+def assert_error(response, status):
+    """Check ``response`` is the contract's JSON error for ``status``; return its body.
+
+    ``{"error": status, "message": "<sentence>"}``, optionally with
+    ``"details": {field: [messages]}``, served as ``application/json``.
+    """
+    assert response.status_code == status, response.data
+    assert response.mimetype == "application/json"
+    body = response.get_json()
+    assert set(body) <= {"error", "message", "details"}, body
+    assert body["error"] == status
+    assert isinstance(body["message"], str) and body["message"].strip()
+    if "details" in body:
+        assert body["details"] and all(
+            isinstance(field, str) and messages
+            and all(isinstance(m, str) for m in messages)
+            for field, messages in body["details"].items()), body
+    return body
+
+
 @pytest.fixture
 def alice(make_token):
     return make_token("alice")
