@@ -44,8 +44,14 @@ class Text(ma.fields.String):
 
     PostgreSQL refuses NUL characters and no database takes unpaired
     surrogates (which JSON's \\ud800 escapes can produce), so both are
-    refused here with a 400 instead of failing at the database.
+    refused here with a 400 instead of failing at the database. The
+    document says so too, with a pattern that excludes NUL.
     """
+    NO_NUL_PATTERN = "^[^\\u0000]*$"  # JSON Schema (ECMA 262) regex syntax
+
+    def __init__(self, **kwargs):
+        metadata = {"pattern": self.NO_NUL_PATTERN, **kwargs.pop("metadata", {})}
+        super().__init__(metadata=metadata, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
         text = super()._deserialize(value, attr, data, **kwargs)
@@ -95,6 +101,15 @@ class PlantQueryArgsSchema(ma.Schema):
     after = Int64(strict=False, metadata={
         "description": "Cursor: list only plants whose id is greater than this "
                        "(taken from the Link header of the previous page)"})
+
+    @ma.pre_load
+    def refuse_repeated_parameters(self, data, **kwargs):
+        """``?limit=1&limit=1000`` is ambiguous: 400 rather than pick one."""
+        repeated = {name: ["Must be given at most once."]
+                    for name in self.fields if len(data.getlist(name)) > 1}
+        if repeated:
+            raise ma.ValidationError(repeated)
+        return data
 
 
 def plant_json(name, tag):
