@@ -6,7 +6,7 @@ PG_TEST_URL ?= postgresql://postgres@127.0.0.1:5432/test
 PLANTSTORE_DATABASE_URL ?= sqlite:///plantstore.db
 export PLANTSTORE_DATABASE_URL
 
-.PHONY: install install-test migrate run test test-sqlite test-postgres clean
+.PHONY: install install-test migrate run test test-sqlite test-postgres smoke smoke-nginx clean
 
 $(BIN)/.installed: setup.py setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,15 @@ test-postgres: install-test
 	else \
 		echo "== PostgreSQL suite SKIPPED: nothing answers at $(PG_TEST_URL) (set PG_TEST_URL) =="; \
 	fi
+
+# curl smoke session against a throwaway gunicorn (and webhook receiver and
+# SQLite database); smoke-nginx puts a real nginx with config/nginx in front.
+# Against a running deployment: scripts/smoke.sh BASE_URL TOKEN
+smoke: install
+	scripts/smoke_local.sh
+
+smoke-nginx: install
+	scripts/smoke_local.sh --nginx
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
