@@ -38,6 +38,11 @@ from prometheus_client import multiprocess  # noqa: E402
 
 from plantstore.db import reset_after_fork  # noqa: E402
 from plantstore.logs import gunicorn_logconfig  # noqa: E402
+from plantstore.protocol_errors import install as answer_protocol_errors_in_json  # noqa: E402
+
+# Requests gunicorn refuses itself (URI too long, too many headers,
+# malformed HTTP) get the service's JSON error shape, not an HTML page.
+answer_protocol_errors_in_json()
 
 bind = os.environ.get("GUNICORN_BIND") or f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2))
