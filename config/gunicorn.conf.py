@@ -58,6 +58,13 @@ keepalive = 5
 control_socket = os.environ.get("GUNICORN_CONTROL_SOCKET", "")
 control_socket_disable = not control_socket
 
+# X-Forwarded-* headers are interpreted in one place, the app (ProxyFix, as
+# many hops as PLANTSTORE_TRUSTED_PROXIES says); gunicorn's own handling,
+# which believes X-Forwarded-Proto from loopback and unix sockets, is off.
+forwarded_allow_ips = ""
+secure_scheme_headers = {}
+forwarder_headers = ""
+
 accesslog = "-"
 errorlog = "-"
 loglevel = os.environ.get("LOG_LEVEL", "info")

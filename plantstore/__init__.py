@@ -4,6 +4,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from . import settings
 from .api import Api
+from .body_limit import Request
 from .db import init_database
 from .cli import register_commands
 from .errors import register_error_handlers
@@ -19,6 +20,8 @@ __version__ = "1.0.0"
 def create_app(config=None):
     """Build the WSGI app: settings → database → errors → API → docs → CLI."""
     app = Flask(__name__)
+    # The body cap holds for chunked bodies too (413, not a truncated body).
+    app.request_class = Request
     settings.load(app, config)
     # Keep fields in the order schemas declare them ("error" before "message").
     app.json.sort_keys = False

@@ -79,7 +79,7 @@ def _utc_timestamp(created):
 class JSONFormatter(logging.Formatter):
     """A log record as one JSON object on one line.
 
-    Keys: ``ts`` (UTC, ISO 8601), ``level``, ``logger``, ``message``,
+    Keys: ``ts`` (UTC, ISO 8601), ``level``, ``logger``, ``pid``, ``message``,
     ``request_id`` (when known), the record's ``fields`` (passed as
     ``extra={"fields": {...}}``) and ``exception`` (the traceback text).
     """
@@ -89,6 +89,7 @@ class JSONFormatter(logging.Formatter):
             "ts": _utc_timestamp(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
+            "pid": record.process,
             "message": redact(record.getMessage()),
         }
         fields = getattr(record, "fields", None)

@@ -1,0 +1,183 @@
+"""config/gunicorn.conf.py for real: bind and workers from the environment,
+graceful SIGTERM, logs on stdout/stderr, and forwarded headers believed only
+when PLANTSTORE_TRUSTED_PROXIES says so."""
+import json
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+import requests
+
+from conftest import REPO, Gunicorn, bearer, wait_until_up
+
+pytestmark = pytest.mark.slow
+
+
+class SplitGunicorn(Gunicorn):
+    """A Gunicorn whose stdout and stderr are kept apart."""
+
+    def start(self):
+        self.stdout = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "wsgi:app"],
+            cwd=REPO, env=self.env, stdout=self.stdout, stderr=self.log,
+            start_new_session=True)
+        wait_until_up(self.url + "/healthz", self.process)
+        return self
+
+    def stdout_lines(self):
+        self.stdout.seek(0)
+        return self.stdout.read().decode().splitlines()
+
+    def stderr_lines(self):
+        return self.output().splitlines()
+
+
+@pytest.fixture
+def split_gunicorn(app, database_url):
+    """Start a SplitGunicorn on the test's database; stopped afterwards."""
+    servers = []
+
+    def start(workers=2, env=None):
+        server = SplitGunicorn(database_url, workers, env).start()
+        servers.append(server)
+        return server
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def access_lines(server):
+    return [json.loads(line) for line in server.stdout_lines()
+            if json.loads(line)["logger"] == "gunicorn.access"]
+
+
+def wait_for_line(server, predicate, seconds=10):
+    """The first access line matching ``predicate`` (lines are flushed late)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for line in access_lines(server):
+            if predicate(line):
+                return line
+        time.sleep(0.05)
+    raise AssertionError(f"no such access line in {server.stdout_lines()}")
+
+
+def test_port_host_and_web_concurrency_choose_bind_and_worker_count(split_gunicorn):
+    server = split_gunicorn(workers=3, env={"HOST": "127.0.0.1"})
+    assert requests.get(server.url + "/healthz", timeout=5).json() == {"status": "ok"}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        booted = [line for line in server.stderr_lines() if "Booting worker" in line]
+        if len(booted) == 3:
+            break
+        time.sleep(0.1)
+    assert len(booted) == 3, server.output()
+    assert f"Listening at: http://127.0.0.1:{server.port}" in server.output()
+
+
+def test_worker_class_is_an_environment_setting(split_gunicorn):
+    server = split_gunicorn(workers=1, env={"GUNICORN_WORKER_CLASS": "gthread",
+                                            "GUNICORN_THREADS": "2"})
+    assert requests.get(server.url + "/healthz", timeout=5).status_code == 200
+    assert "Using worker: gthread" in server.output()
+
+
+def test_access_log_goes_to_stdout_and_server_log_to_stderr_as_json(split_gunicorn):
+    server = split_gunicorn(workers=1)
+    requests.get(server.url + "/healthz", headers={"X-Request-ID": "stdout-check"}, timeout=5)
+    line = wait_for_line(server, lambda entry: entry.get("request_id") == "stdout-check")
+    assert line["path"] == "/healthz" and line["status"] == 200
+    stderr = [json.loads(entry) for entry in server.stderr_lines()]
+    assert any(entry["logger"] == "gunicorn.error" and "Listening at" in entry["message"]
+               for entry in stderr)
+    assert not any(entry["logger"] == "gunicorn.access" for entry in stderr)
+
+
+@pytest.mark.parametrize("worker_class", ["sync", "gthread"])
+def test_sigterm_lets_an_in_flight_request_finish(split_gunicorn, alice, worker_class):
+    server = split_gunicorn(workers=1, env={"GUNICORN_WORKER_CLASS": worker_class})
+    body = json.dumps({"id": 77, "name": "late fern"}).encode()
+    head = (f"POST /plants HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {alice}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=20) as conn:
+        # The request is in the app, reading its body, when SIGTERM arrives.
+        conn.sendall(head + body[:10])
+        time.sleep(0.5)
+        server.process.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        assert server.process.poll() is None, "the server quit with a request in flight"
+        conn.sendall(body[10:])
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line == b"HTTP/1.1 200 OK", answer
+    assert rest.endswith(b'{"name": "late fern"}')
+    server.process.wait(timeout=20)
+    assert server.process.returncode == 0
+    with pytest.raises(requests.ConnectionError):
+        requests.get(server.url + "/healthz", timeout=2)
+
+
+def test_sigterm_on_an_idle_server_exits_promptly(split_gunicorn):
+    server = split_gunicorn(workers=2)
+    started = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    server.process.wait(timeout=15)
+    assert server.process.returncode == 0
+    assert time.monotonic() - started < 10
+
+
+def test_metrics_dir_made_for_a_server_start_is_removed_when_it_stops(split_gunicorn, tmp_path):
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    env = {"TMPDIR": str(private_tmp), "PROMETHEUS_MULTIPROC_DIR": ""}
+    server = split_gunicorn(workers=2, env=env)
+    requests.get(server.url + "/healthz", timeout=5)
+    (metrics_dir,) = private_tmp.glob("plantstore-metrics-*")
+    assert list(metrics_dir.glob("*.db"))
+    server.stop()
+    assert server.process.returncode == 0
+    assert not metrics_dir.exists()
+
+
+SPOOF = {"X-Forwarded-For": "203.0.113.9", "X-Forwarded-Proto": "https",
+         "X-Forwarded-Prefix": "/spoofed"}
+
+
+def _create_three(server, token):
+    for plant_id in (1, 2, 3):
+        response = requests.post(server.url + "/plants", headers=bearer(token),
+                                 json={"id": plant_id, "name": f"p{plant_id}"}, timeout=5)
+        assert response.status_code == 200
+
+
+def test_forwarded_headers_are_ignored_without_trusted_proxies(split_gunicorn, alice):
+    server = split_gunicorn(workers=1, env={"PLANTSTORE_TRUSTED_PROXIES": "0"})
+    _create_three(server, alice)
+    response = requests.get(server.url + "/plants?limit=2",
+                            headers={**bearer(alice), **SPOOF, "X-Request-ID": "untrusted"},
+                            timeout=5)
+    assert response.headers["Link"] == '</plants?limit=2&after=2>; rel="next"'
+    line = wait_for_line(server, lambda entry: entry.get("request_id") == "untrusted")
+    assert line["remote_addr"] == "127.0.0.1"
+    assert line["scheme"] == "http"
+
+
+def test_forwarded_headers_of_one_trusted_proxy_are_used(split_gunicorn, alice):
+    server = split_gunicorn(workers=1, env={"PLANTSTORE_TRUSTED_PROXIES": "1"})
+    _create_three(server, alice)
+    # The proxy appends the address it saw: only that last hop is believed.
+    headers = {**bearer(alice), **SPOOF, "X-Request-ID": "trusted",
+               "X-Forwarded-For": "198.51.100.1, 203.0.113.9"}
+    response = requests.get(server.url + "/plants?limit=2", headers=headers, timeout=5)
+    assert response.headers["Link"] == '</spoofed/plants?limit=2&after=2>; rel="next"'
+    line = wait_for_line(server, lambda entry: entry.get("request_id") == "trusted")
+    assert line["remote_addr"] == "203.0.113.9"
+    assert line["scheme"] == "https"
