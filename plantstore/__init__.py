@@ -13,6 +13,7 @@ from .logs import init_request_ids
 from .metrics import init_metrics
 from .openapi import complete_spec, register_converters, spec_config
 from .plants.routes import blp as plants_blp
+from .webhooks.config import init_app as init_webhooks
 
 __version__ = "1.0.0"
 
@@ -27,6 +28,7 @@ def create_app(config=None):
     app.json.sort_keys = False
     app.config.update(spec_config())
     init_database(app)
+    init_webhooks(app)
     init_request_ids(app)
     init_metrics(app)
     register_error_handlers(app)

@@ -14,6 +14,7 @@ from peewee import DatabaseError, IntegrityError
 from . import db
 from .auth import ALL_SCOPES, issue_token, revoke_token
 from .models import Token, User, utcnow
+from .webhooks.cli import COMMANDS as WEBHOOK_COMMANDS
 
 
 def _find_user(name):
@@ -132,7 +133,7 @@ def tokens_revoke(token_id):
 
 def register_commands(app):
     """Attach the operators' command groups to the app's CLI."""
-    for group in (db_cli, users_cli, tokens_cli):
+    for group in (db_cli, users_cli, tokens_cli, *WEBHOOK_COMMANDS):
         app.cli.add_command(group)
 
 

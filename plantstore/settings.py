@@ -31,6 +31,10 @@ DEFAULTS = {
     "WEBHOOK_READ_TIMEOUT": 5.0,
     "WEBHOOK_RETRY_SCHEDULE": "5,300,1800,7200,18000,36000,36000",
     "WEBHOOK_SECRET_OVERLAP_HOURS": 24,
+    # Seconds a delivery stays reserved to the request or worker sending it
+    # (never less than twice connect + read timeout); a sender that dies
+    # leaves its deliveries to the workers once this has passed.
+    "WEBHOOK_LEASE_SECONDS": 60,
     # Most bytes of a receiver's response body that are read (and kept).
     "WEBHOOK_MAX_RESPONSE_BYTES": 64 * 1024,
     # Seconds a worker sleeps between polls when nothing is due.

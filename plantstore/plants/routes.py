@@ -12,7 +12,7 @@ from ..auth import READ, WRITE, require_scope
 from ..db import database
 from ..errors import ErrorSchema
 from ..models import Plant
-from ..webhooks import outbox
+from ..webhooks import dispatch, outbox
 from .schemas import (INT64_MAX, INT64_MIN, NewPlantSchema, PlantQueryArgsSchema,
                       PlantSchema, plant_json)
 
@@ -107,9 +107,10 @@ def create_plant(new_plant):
     try:
         with database.atomic():
             plant = Plant.create(owner=g.caller.user_id, **new_plant)
-            outbox.record_new_plant(plant)
+            deliveries = outbox.record_new_plant(plant)
     except IntegrityError:
         abort(409, message=f"A plant with id {new_plant['id']} already exists.")
+    dispatch.send_after_commit(deliveries)
     return _json_response(plant_json(plant.name, plant.tag))
 
 

@@ -1,0 +1,257 @@
+"""Operators' commands for webhooks: ``plantstore webhooks``, ``deliveries``
+and ``worker``.
+
+Output meant for scripts goes to stdout (``webhooks add`` prints one JSON
+object); failures are explained on stderr with a non-zero exit.
+"""
+import datetime
+import json
+import signal
+from urllib.parse import urlsplit
+
+import click
+from flask import current_app
+
+from ..db import database
+from ..models import Attempt, Delivery, Subscription, utcnow
+from . import dispatch, signing
+from .config import settings_of
+from .worker import ClaimRefused, Worker, claim_for_retry
+
+TIME = "%Y-%m-%d %H:%M:%S"
+
+
+def _when(moment):
+    """A stored UTC time for humans, or a dash."""
+    return f"{moment:{TIME}}" if moment else "-"
+
+
+def validate_url(ctx, param, url):
+    """The URL if it is an absolute http(s) URL with a host; a usage error otherwise."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 -- raises ValueError on a malformed port
+    except ValueError as error:
+        raise click.BadParameter(f"{url!r} is not a valid URL ({error})") from None
+    if parts.scheme not in ("http", "https"):
+        raise click.BadParameter(
+            f"{url!r} is not an http:// or https:// URL; webhooks are sent "
+            "only over HTTP(S)")
+    if not host:
+        raise click.BadParameter(f"{url!r} names no host")
+    return url
+
+
+def _subscription(subscription_id):
+    subscription = Subscription.get_or_none(Subscription.id == subscription_id)
+    if subscription is None:
+        raise click.ClickException(f"no webhook subscription with id {subscription_id}")
+    return subscription
+
+
+def _delivery(delivery_id):
+    delivery = Delivery.get_or_none(Delivery.id == delivery_id)
+    if delivery is None:
+        raise click.ClickException(f"no delivery with id {delivery_id}")
+    return delivery
+
+
+@click.group("webhooks")
+def webhooks_cli():
+    """Register and manage "New Plant" webhook receivers."""
+
+
+@webhooks_cli.command("add")
+@click.argument("url", callback=validate_url)
+@click.option("--bearer", metavar="TOKEN",
+              help="Sent to the receiver as `Authorization: Bearer TOKEN`.")
+def webhooks_add(url, bearer):
+    """Send every new plant to URL; prints {"id", "url", "secret"} as JSON.
+
+    The signing secret is shown only this once.
+    """
+    secret = signing.new_secret()
+    with database.atomic():
+        subscription = Subscription.create(url=url, bearer_token=bearer or None,
+                                           secret=secret)
+    click.echo(json.dumps({"id": subscription.id, "url": url, "secret": secret}))
+
+
+@webhooks_cli.command("list")
+def webhooks_list():
+    """List receivers: id, url, state, bearer, secret rotation (never secrets)."""
+    now = utcnow()
+    for subscription in Subscription.select().order_by(Subscription.id):
+        state = ("active" if subscription.is_active
+                 else f"disabled ({subscription.disabled_reason or 'by an operator'})")
+        expires = subscription.previous_secret_expires_at
+        rotation = (f"previous secret signs until {_when(expires)}"
+                    if subscription.previous_secret and expires and expires > now
+                    else "one secret")
+        bearer = "bearer token" if subscription.bearer_token else "no bearer token"
+        click.echo(f"{subscription.id}\t{subscription.url}\t{state}\t{bearer}\t{rotation}")
+
+
+@webhooks_cli.command("remove")
+@click.argument("subscription_id", type=int)
+def webhooks_remove(subscription_id):
+    """Delete receiver SUBSCRIPTION_ID with its deliveries."""
+    subscription = _subscription(subscription_id)
+    with database.atomic():
+        subscription.delete_instance(recursive=True)
+    click.echo(f"removed webhook subscription {subscription_id}")
+
+
+@webhooks_cli.command("rotate-secret")
+@click.argument("subscription_id", type=int)
+def webhooks_rotate_secret(subscription_id):
+    """Give SUBSCRIPTION_ID a new signing secret and print it.
+
+    The old secret keeps signing too (a second signature) for
+    PLANTSTORE_WEBHOOK_SECRET_OVERLAP_HOURS, so the receiver can switch over.
+    """
+    subscription = _subscription(subscription_id)
+    hours = settings_of(current_app).secret_overlap_hours
+    secret = signing.new_secret()
+    expires = utcnow() + datetime.timedelta(hours=hours)
+    with database.atomic():
+        (Subscription.update(secret=secret, previous_secret=subscription.secret,
+                             previous_secret_expires_at=expires)
+         .where(Subscription.id == subscription_id).execute())
+    click.echo(secret)
+    click.echo(f"the previous secret also signs until {_when(expires)} UTC "
+               f"({hours:g} h)", err=True)
+
+
+@webhooks_cli.command("enable")
+@click.argument("subscription_id", type=int)
+def webhooks_enable(subscription_id):
+    """Send to SUBSCRIPTION_ID again after it was disabled (e.g. by a 410).
+
+    Deliveries failed meanwhile stay failed; re-send them with
+    `plantstore deliveries retry ID`.
+    """
+    _subscription(subscription_id)
+    with database.atomic():
+        (Subscription.update(is_active=True, disabled_reason=None)
+         .where(Subscription.id == subscription_id).execute())
+    click.echo(f"enabled webhook subscription {subscription_id}")
+
+
+@click.group("deliveries")
+def deliveries_cli():
+    """Inspect and re-send webhook deliveries."""
+
+
+@deliveries_cli.command("list")
+@click.option("--status", type=click.Choice([Delivery.PENDING, Delivery.FAILED,
+                                             Delivery.DELIVERED]),
+              help="Only deliveries in this state.")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Show at most this many, newest first.")
+def deliveries_list(status, limit):
+    """List deliveries: id, state, subscription, webhook-id, attempts, then the
+    next attempt (pending), the delivery time, or the last error."""
+    query = Delivery.select().order_by(Delivery.id.desc()).limit(limit)
+    if status:
+        query = query.where(Delivery.status == status)
+    for delivery in query:
+        if delivery.status == Delivery.DELIVERED:
+            detail = f"delivered {_when(delivery.delivered_at)}"
+        elif delivery.status == Delivery.PENDING:
+            detail = f"next {_when(delivery.next_attempt_at)}"
+            if delivery.last_error:
+                detail += f"  last error: {delivery.last_error}"
+        else:
+            detail = f"last error: {delivery.last_error or '-'}"
+        click.echo(f"{delivery.id}\t{delivery.status}\t{delivery.subscription_id}\t"
+                   f"{delivery.message_id}\t{delivery.attempts}\t{detail}")
+
+
+@deliveries_cli.command("show")
+@click.argument("delivery_id", type=int)
+def deliveries_show(delivery_id):
+    """Show delivery DELIVERY_ID and every attempt at it."""
+    delivery = _delivery(delivery_id)
+    subscription = delivery.subscription
+    lines = [
+        f"delivery:     {delivery.id}",
+        f"webhook-id:   {delivery.message_id}",
+        f"event:        {delivery.event_type}",
+        f"subscription: {subscription.id} {subscription.url}",
+        f"status:       {delivery.status}",
+        f"created:      {_when(delivery.created_at)}",
+    ]
+    if delivery.status == Delivery.PENDING:
+        lines.append(f"next attempt: {_when(delivery.next_attempt_at)}")
+    if delivery.delivered_at:
+        lines.append(f"delivered:    {_when(delivery.delivered_at)}")
+    if delivery.last_error:
+        lines.append(f"last error:   {delivery.last_error}")
+    lines.append(f"payload:      {delivery.payload}")
+    attempts = list(Attempt.select().where(Attempt.delivery == delivery.id)
+                    .order_by(Attempt.started_at, Attempt.id))
+    lines.append(f"attempts:     {len(attempts)}")
+    for attempt in attempts:
+        if attempt.status_code is not None:
+            answer = f"HTTP {attempt.status_code}"
+            if attempt.error:
+                answer += f" {attempt.error}"
+        else:
+            answer = attempt.error or "no answer"
+        lines.append(f"  {_when(attempt.started_at)}\t{answer}\t{attempt.duration_ms} ms")
+    click.echo("\n".join(lines))
+
+
+@deliveries_cli.command("retry")
+@click.argument("delivery_id", type=int)
+def deliveries_retry(delivery_id):
+    """Re-send DELIVERY_ID now, with the same webhook-id.
+
+    If this attempt fails, the delivery goes through the retry schedule again.
+    """
+    settings = settings_of(current_app)
+    try:
+        job = claim_for_retry(delivery_id, settings)
+    except ClaimRefused as refused:
+        raise click.ClickException(str(refused)) from None
+    outcome = dispatch.deliver(job, settings)
+    delivery = _delivery(delivery_id)
+    if outcome == "delivered":
+        click.echo(f"delivered {delivery.message_id}")
+        return
+    if delivery.status == Delivery.PENDING:
+        state = f"will retry at {_when(delivery.next_attempt_at)} UTC"
+    else:
+        state = delivery.status
+    raise click.ClickException(
+        f"delivery {delivery_id} failed again ({delivery.last_error}); {state}")
+
+
+@click.command("worker")
+@click.option("--once", is_flag=True,
+              help="Deliver what is due now, then exit (for cron or tests).")
+def worker_cli(once):
+    """Deliver due webhook deliveries: forever, or just once.
+
+    Stops cleanly on SIGTERM or SIGINT, after the batch under way. Several
+    workers may run at once against the same database.
+    """
+    worker = Worker(settings_of(current_app))
+    if once:
+        tally = worker.run_once()
+        click.echo(", ".join(f"{kind} {count}" for kind, count in sorted(tally.items()))
+                   or "nothing due")
+        return
+    previous = {sig: signal.signal(sig, lambda *_: worker.stop())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        worker.run_forever()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+COMMANDS = (webhooks_cli, deliveries_cli, worker_cli)
+"""The command groups ``plantstore.cli.register_commands`` attaches."""

@@ -1,0 +1,155 @@
+"""One HTTP attempt at a delivery, with requests, and what came of it.
+
+Bounded on every side: connect and read timeouts, the whole attempt cut off
+at their sum even if a receiver trickles its answer, redirects never
+followed (a 3xx is an answer like any other non-2xx), and at most
+``max_response_bytes`` of the response read. Each thread keeps one
+``requests.Session`` so consecutive deliveries to a receiver reuse its
+keep-alive connection.
+"""
+import dataclasses
+import datetime
+import email.utils
+import threading
+import time
+
+import requests
+
+from ..models import utcnow
+from .signing import signature_headers
+
+EXCERPT_CHARS = 200
+"""How much of a failing receiver's answer is kept in the attempt log."""
+
+_local = threading.local()
+
+
+@dataclasses.dataclass(frozen=True)
+class SendResult:
+    """What one attempt gave: a status code or an error, and how long it took."""
+    started_at: datetime.datetime
+    duration_ms: int
+    status_code: int | None = None
+    error: str | None = None
+    retry_after: float | None = None  # seconds, from a 429/503's Retry-After
+
+    @property
+    def ok(self):
+        """A 2xx within the timeout: the receiver has the event."""
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+    def summary(self):
+        """A short line for the delivery's ``last_error``."""
+        if self.status_code is not None:
+            text = f"HTTP {self.status_code}"
+            return f"{text}: {self.error}" if self.error else text
+        return self.error
+
+
+def session():
+    """This thread's HTTP session (kept so connections are reused).
+
+    ``trust_env`` is off: proxies and ``.netrc`` credentials from the
+    environment must not reach, or redirect, signed deliveries.
+    """
+    current = getattr(_local, "session", None)
+    if current is None:
+        current = requests.Session()
+        current.trust_env = False
+        _local.session = current
+    return current
+
+
+def parse_retry_after(value, now=None):
+    """Seconds a ``Retry-After`` value asks to wait (delta or HTTP date), or None."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return max(0.0, (when - now).total_seconds())
+
+
+def _read_capped(response, limit, deadline):
+    """At most ``limit`` bytes of the body; raises Timeout past ``deadline``."""
+    body = bytearray()
+    for chunk in response.iter_content(chunk_size=8192):
+        body += chunk
+        if len(body) >= limit:
+            return bytes(body[:limit])
+        if time.monotonic() > deadline:
+            raise requests.Timeout("the response took longer than the read timeout")
+    return bytes(body)
+
+
+def _excerpt(body):
+    """The start of a response body, as text, for the attempt log."""
+    text = body.decode("utf-8", errors="replace").strip()
+    return text[:EXCERPT_CHARS] or None
+
+
+def send(job, settings):
+    """POST ``job``'s payload to its receiver once; never raises for HTTP trouble."""
+    started_at = utcnow()
+    timestamp = datetime.datetime.now(datetime.timezone.utc)
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": settings.user_agent,
+        **signature_headers(job.message_id, timestamp, job.payload, job.signing_secrets),
+    }
+    if job.bearer_token:
+        headers["Authorization"] = f"Bearer {job.bearer_token}"
+    clock = time.monotonic()
+    deadline = clock + settings.send_bound
+
+    def elapsed_ms():
+        return int((time.monotonic() - clock) * 1000)
+
+    try:
+        response = session().post(
+            job.url, data=job.payload.encode("utf-8"), headers=headers,
+            timeout=(settings.connect_timeout, settings.read_timeout),
+            allow_redirects=False, stream=True)
+        try:
+            body = _read_capped(response, settings.max_response_bytes, deadline)
+        finally:
+            response.close()
+    except requests.Timeout:
+        return SendResult(started_at, elapsed_ms(),
+                          error=f"timeout (connect {settings.connect_timeout:g}s, "
+                                f"read {settings.read_timeout:g}s)")
+    except requests.RequestException as error:
+        return SendResult(started_at, elapsed_ms(), error=_describe(error))
+    status = response.status_code
+    retry_after = None
+    if status in (429, 503):
+        retry_after = parse_retry_after(response.headers.get("Retry-After"))
+    detail = None
+    if not 200 <= status < 300:
+        detail = _excerpt(body)
+        if 300 <= status < 400 and response.headers.get("Location"):
+            detail = f"redirect to {response.headers['Location']} not followed"
+    return SendResult(started_at, elapsed_ms(), status_code=status, error=detail,
+                      retry_after=retry_after)
+
+
+def _describe(error):
+    """A one-line account of a connection-level failure, without the
+    adapter's nested wrappers (``[Errno 111] Connection refused``)."""
+    reason = error.args[0] if error.args else error
+    reason = getattr(reason, "reason", reason)  # urllib3's MaxRetryError
+    text = str(reason) or type(error).__name__
+    # "HTTPConnection(host=..., port=...): Failed to establish ...": the
+    # receiver's address is in the subscription already.
+    if text.startswith(("HTTPConnection(", "HTTPSConnection(")) and "): " in text:
+        text = text.split("): ", 1)[1]
+    if isinstance(error, requests.ConnectionError):
+        return f"connection failed: {text}"[:500]
+    return f"{type(error).__name__}: {text}"[:500]

@@ -1,0 +1,193 @@
+"""The "New Plant" webhook as a create request sends it: what receivers get
+(body, headers, Standard Webhooks signature), the outbox written with the
+plant, and the bounds that keep a bad receiver from hurting the create."""
+import datetime
+import json
+import time
+
+import pytest
+from standardwebhooks.webhooks import WebhookVerificationError
+
+from conftest import bearer
+from plantstore.models import Attempt, Delivery
+from webhook_helpers import Answer, make_receiver, subscribe, verify  # noqa: F401
+
+CONNECT, READ = 0.3, 0.6
+
+
+@pytest.fixture
+def app_config():
+    return {"WEBHOOK_CONNECT_TIMEOUT": CONNECT, "WEBHOOK_READ_TIMEOUT": READ,
+            "WEBHOOK_RETRY_SCHEDULE": "1,1"}
+
+
+def create(client, token, **plant):
+    response = client.post("/plants", json=plant, headers=bearer(token))
+    assert response.status_code == 200, response.get_json()
+    return response
+
+
+def wait_for_attempts(count, timeout=5.0):
+    """Attempts are recorded by the sending thread: wait until ``count`` are."""
+    deadline = time.monotonic() + timeout
+    while Attempt.select().count() < count:
+        assert time.monotonic() < deadline, "attempts were not recorded in time"
+        time.sleep(0.02)
+
+
+def test_create_posts_the_signed_new_plant_to_every_active_receiver(
+        client, runner, alice, make_receiver):
+    plain, with_token = make_receiver(), make_receiver()
+    _, plain_secret = subscribe(runner, plain.url)
+    _, token_secret = subscribe(runner, with_token.url, bearer="rcv-token-1")
+    before = int(time.time())
+
+    create(client, alice, id=7, name="fern", tag="green")
+
+    for receiver, secret in ((plain, plain_secret), (with_token, token_secret)):
+        [got] = receiver.wait_for(1)
+        assert got.method == "POST" and got.path == "/hook"
+        assert json.loads(got.body) == {"id": 7, "name": "fern", "tag": "green"}
+        assert verify(secret, got) == {"id": 7, "name": "fern", "tag": "green"}
+        assert got.headers["content-type"] == "application/json"
+        assert got.headers["user-agent"] == "plantstore/1.0.0"
+        assert got.headers["webhook-id"].startswith("msg_")
+        assert got.headers["webhook-signature"].startswith("v1,")
+        assert before <= int(got.headers["webhook-timestamp"]) <= time.time() + 1
+    assert "authorization" not in plain.requests[0].headers
+    assert with_token.requests[0].headers["authorization"] == "Bearer rcv-token-1"
+    with pytest.raises(WebhookVerificationError):
+        verify(plain_secret, with_token.requests[0])
+    wait_for_attempts(2)
+    assert {d.status for d in Delivery.select()} == {Delivery.DELIVERED}
+
+
+def test_the_body_sent_is_exactly_the_stored_payload_and_omits_an_unset_tag(
+        client, runner, alice, make_receiver):
+    receiver = make_receiver()
+    subscribe(runner, receiver.url)
+    create(client, alice, id=-9223372036854775808, name="fern \u00e9\u2603", extra="x")
+    [got] = receiver.wait_for(1)
+    assert json.loads(got.body) == {"id": -9223372036854775808, "name": "fern \u00e9\u2603"}
+    [delivery] = Delivery.select()
+    assert got.body == delivery.payload.encode("utf-8")
+    assert got.headers["webhook-id"] == delivery.message_id
+
+
+def test_deliveries_are_written_in_the_plant_transaction_only_for_active_subscriptions(
+        client, runner, alice, make_receiver):
+    active, disabled = make_receiver(), make_receiver()
+    active_id, _ = subscribe(runner, active.url)
+    disabled_id, _ = subscribe(runner, disabled.url)
+    from plantstore.webhooks.outcomes import disable_subscription
+    disable_subscription(disabled_id, "test")
+
+    create(client, alice, id=1, name="fern")
+    conflict = client.post("/plants", json={"id": 1, "name": "again"}, headers=bearer(alice))
+
+    assert conflict.status_code == 409
+    assert [d.subscription_id for d in Delivery.select()] == [active_id]
+    active.wait_for(1)
+    assert disabled.requests == []
+
+
+def test_a_create_with_no_subscription_queues_nothing(client, alice):
+    create(client, alice, id=1, name="fern")
+    assert Delivery.select().count() == 0
+
+
+def test_a_failing_receiver_never_fails_the_create_and_the_delivery_waits_for_a_retry(
+        client, runner, alice, make_receiver):
+    receiver = make_receiver(Answer(500, body=b"database on fire"))
+    subscribe(runner, receiver.url)
+
+    response = create(client, alice, id=1, name="fern")
+
+    assert response.get_json() == {"name": "fern"}
+    wait_for_attempts(1)
+    [delivery] = Delivery.select()
+    assert delivery.status == Delivery.PENDING and delivery.attempts == 1
+    assert delivery.locked_until is None
+    assert delivery.last_error == "HTTP 500: database on fire"
+    wait = (delivery.next_attempt_at - delivery.created_at).total_seconds()
+    assert 0.8 <= wait <= 1.3  # the first step of the "1,1" schedule, with jitter
+
+
+def test_slow_receivers_never_hold_the_create_past_connect_plus_read_timeout(
+        client, runner, alice, make_receiver):
+    slow = [make_receiver(Answer(delay=5)) for _ in range(3)]
+    for receiver in slow:
+        subscribe(runner, receiver.url)
+
+    started = time.monotonic()
+    create(client, alice, id=1, name="fern")
+    elapsed = time.monotonic() - started
+
+    assert elapsed < CONNECT + READ + 0.4, elapsed
+    wait_for_attempts(3)
+    for attempt in Attempt.select():
+        assert attempt.status_code is None and attempt.error.startswith("timeout")
+    assert {d.status for d in Delivery.select()} == {Delivery.PENDING}
+
+
+def test_unreachable_receiver_is_a_recorded_connection_failure(client, runner, alice):
+    from conftest import free_port
+    subscribe(runner, f"http://127.0.0.1:{free_port()}/hook")
+    create(client, alice, id=1, name="fern")
+    wait_for_attempts(1)
+    [attempt] = Attempt.select()
+    assert attempt.status_code is None
+    assert attempt.error.startswith("connection failed")
+
+
+def test_a_redirect_is_a_failure_and_is_not_followed(client, runner, alice, make_receiver):
+    target = make_receiver()
+    redirecting = make_receiver(Answer(302, headers={"Location": target.url}))
+    subscribe(runner, redirecting.url)
+
+    create(client, alice, id=1, name="fern")
+
+    redirecting.wait_for(1)
+    wait_for_attempts(1)
+    [attempt] = Attempt.select()
+    assert attempt.status_code == 302
+    assert target.url in attempt.error
+    assert Delivery.get().status == Delivery.PENDING
+    assert target.requests == []
+
+
+def test_an_endless_response_body_is_read_only_up_to_the_cap(
+        client, runner, alice, make_receiver):
+    receiver = make_receiver(Answer(200, endless=True))
+    subscribe(runner, receiver.url)
+    create(client, alice, id=1, name="fern")
+    wait_for_attempts(1)
+    [attempt] = Attempt.select()
+    # Reading it all would have run into the read deadline instead.
+    assert attempt.status_code == 200 and attempt.duration_ms < READ * 1000
+    assert Delivery.get().status == Delivery.DELIVERED
+
+
+def test_consecutive_creates_reuse_the_receivers_keep_alive_connection(
+        client, runner, alice, make_receiver):
+    receiver = make_receiver()
+    subscribe(runner, receiver.url)
+    for plant_id in range(10):
+        create(client, alice, id=plant_id, name="fern")
+    received = receiver.wait_for(10)
+    connections = {got.client_port for got in received}
+    assert len(connections) <= 3, connections
+
+
+def test_the_attempt_log_keeps_time_status_and_duration(client, runner, alice, make_receiver):
+    receiver = make_receiver(Answer(204, body=b"", delay=0.05))
+    subscribe(runner, receiver.url)
+    before = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    create(client, alice, id=1, name="fern")
+    wait_for_attempts(1)
+    [attempt] = Attempt.select()
+    assert attempt.status_code == 204 and attempt.error is None
+    assert 40 <= attempt.duration_ms < 1000
+    assert before - datetime.timedelta(seconds=1) <= attempt.started_at
+    delivery = Delivery.get()
+    assert delivery.status == Delivery.DELIVERED and delivery.delivered_at is not None

@@ -1,0 +1,153 @@
+"""Helpers of the webhook tests: a real receiver, signature checks, and
+subscriptions made through the CLI.
+
+The receiver is an HTTP/1.1 server on loopback that records every request
+and answers as the test tells it to. Use the ``make_receiver`` fixture
+(import it into a test module) to start one; it is stopped when the test ends.
+"""
+import dataclasses
+import http.server
+import json
+import threading
+import time
+
+import pytest
+from standardwebhooks import Webhook
+
+
+@dataclasses.dataclass
+class Received:
+    """One request the receiver got."""
+    method: str
+    path: str
+    headers: dict  # lower-cased names
+    body: bytes
+    at: float  # time.monotonic() when it arrived
+    client_port: int
+
+
+@dataclasses.dataclass
+class Answer:
+    """What the receiver answers: status, headers, body, after a delay.
+
+    An ``endless`` answer announces a 1 GiB body and streams it until the
+    client hangs up.
+    """
+    status: int = 200
+    headers: dict = dataclasses.field(default_factory=dict)
+    body: bytes = b"ok"
+    delay: float = 0.0
+    endless: bool = False
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as real receivers do
+
+    def _handle(self):
+        receiver = self.server.receiver
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        received = Received(self.command, self.path,
+                            {k.lower(): v for k, v in self.headers.items()},
+                            body, time.monotonic(), self.client_address[1])
+        answer = receiver.answer_for(received)
+        receiver.record(received, answer)
+        if answer.delay:
+            receiver.released.wait(answer.delay)
+        try:
+            self.send_response(answer.status)
+            for name, value in answer.headers.items():
+                self.send_header(name, value)
+            length = 1 << 30 if answer.endless else len(answer.body)
+            self.send_header("Content-Length", str(length))
+            self.end_headers()
+            self.wfile.write(answer.body)
+            while answer.endless and not receiver.released.is_set():
+                self.wfile.write(b"x" * 65536)
+        except OSError:  # the sender gave up waiting: that is the point
+            self.close_connection = True
+
+    do_POST = do_GET = do_PUT = _handle
+
+    def log_message(self, *args):
+        """Silence the per-request log lines."""
+
+
+class Receiver:
+    """A threaded HTTP server on 127.0.0.1 that records what it answered.
+
+    ``answer`` is an ``Answer`` or a function of a ``Received`` returning
+    one; it may be changed while the receiver runs. ``requests`` lists the
+    requests received so far, in order, and ``answers`` what each was given.
+    """
+
+    def __init__(self, port=0, answer=None):
+        self.answer = answer or Answer()
+        self.requests = []
+        self.answers = []
+        self.released = threading.Event()
+        self._changed = threading.Condition()
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Handler)
+        self._server.daemon_threads = True
+        self._server.receiver = self
+        self.port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/hook"
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self):
+        """Stop serving, and wake every answer still being delayed."""
+        self.released.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def answer_for(self, received):
+        answer = self.answer
+        return answer(received) if callable(answer) else answer
+
+    def record(self, received, answer):
+        with self._changed:
+            self.requests.append(received)
+            self.answers.append(answer)
+            self._changed.notify_all()
+
+    def wait_for(self, count, timeout=10.0):
+        """The first ``count`` requests received; fails after ``timeout`` seconds."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: len(self.requests) >= count, timeout):
+                raise AssertionError(f"the receiver got {len(self.requests)} "
+                                     f"requests, expected {count}, within {timeout}s")
+            return list(self.requests[:count])
+
+
+def verify(secret, received):
+    """The JSON a received request carries, if its signature checks out with
+    ``secret`` (raises ``WebhookVerificationError`` otherwise)."""
+    return Webhook(secret).verify(received.body, received.headers)
+
+
+@pytest.fixture
+def make_receiver():
+    """Start receivers (``make_receiver(answer=..., port=...)``); all stop afterwards."""
+    started = []
+
+    def make(answer=None, port=0):
+        receiver = Receiver(port, answer).start()
+        started.append(receiver)
+        return receiver
+    yield make
+    for receiver in started:
+        receiver.stop()
+
+
+def subscribe(runner, url, bearer=None):
+    """Register ``url`` with ``plantstore webhooks add``; its id and secret."""
+    args = ["webhooks", "add", url] + (["--bearer", bearer] if bearer else [])
+    result = runner.invoke(args=args)
+    assert result.exit_code == 0, result.output
+    created = json.loads(result.stdout)
+    return created["id"], created["secret"]
