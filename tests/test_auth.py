@@ -1,0 +1,171 @@
+"""SPEC §3: RFC 6750 bearer tokens — the 401 challenges, 403 for a missing
+scope, the token format and its hashed storage, and what needs no token."""
+import base64
+import hashlib
+import re
+import secrets
+from datetime import timedelta
+
+import pytest
+
+from conftest import assert_error, bearer
+from plantstore import db
+from plantstore.auth import READ, WRITE, revoke_token
+from plantstore.models import Token, utcnow
+
+CHALLENGE = 'Bearer realm="plantstore"'
+INVALID_TOKEN_CHALLENGE = 'Bearer realm="plantstore", error="invalid_token"'
+
+# One request per plant operation, each valid but for its credentials.
+OPERATIONS = [
+    pytest.param("GET", "/plants", None, id="list"),
+    pytest.param("POST", "/plants", {"id": 7, "name": "fern"}, id="create"),
+    pytest.param("DELETE", "/plants/7", None, id="delete"),
+]
+
+
+def call(client, method, path, body, headers):
+    """Send one plant operation with ``headers``."""
+    return client.open(path, method=method, json=body, headers=headers)
+
+
+def token_of(secret):
+    """The stored row of a token, found by its secret."""
+    return Token.get(Token.digest == hashlib.sha256(secret.encode()).hexdigest())
+
+
+@pytest.mark.parametrize("method, path, body", OPERATIONS)
+def test_missing_token_is_401_with_the_bearer_challenge(client, method, path, body):
+    response = call(client, method, path, body, {})
+    assert_error(response, 401)
+    assert response.headers["WWW-Authenticate"] == CHALLENGE
+
+
+MALFORMED_AUTHORIZATION = [
+    pytest.param("Bearer", id="scheme only"),
+    pytest.param("Bearer ", id="empty token"),
+    pytest.param("bearer  pst_x", id="two spaces"),
+    pytest.param("Basic YWxpY2U6c2VjcmV0", id="basic scheme"),
+    pytest.param("Bearer pst_a pst_b", id="token with a space"),
+    pytest.param("Token pst_x", id="other scheme"),
+    pytest.param("", id="empty header"),
+]
+
+
+@pytest.mark.parametrize("method, path, body", OPERATIONS)
+@pytest.mark.parametrize("authorization", MALFORMED_AUTHORIZATION)
+def test_malformed_authorization_is_401_invalid_token(
+        client, alice, method, path, body, authorization):
+    response = call(client, method, path, body, {"Authorization": authorization})
+    assert_error(response, 401)
+    assert response.headers["WWW-Authenticate"] == INVALID_TOKEN_CHALLENGE
+
+
+@pytest.mark.parametrize("method, path, body", OPERATIONS)
+def test_unknown_token_is_401_invalid_token(client, alice, method, path, body):
+    response = call(client, method, path, body,
+                    bearer("pst_" + secrets.token_urlsafe(32)))
+    assert_error(response, 401)
+    assert response.headers["WWW-Authenticate"] == INVALID_TOKEN_CHALLENGE
+
+
+def test_revoked_token_is_401_invalid_token(client, alice):
+    assert client.get("/plants", headers=bearer(alice)).status_code == 200
+    assert revoke_token(token_of(alice).id)
+    response = client.get("/plants", headers=bearer(alice))
+    assert_error(response, 401)
+    assert response.headers["WWW-Authenticate"] == INVALID_TOKEN_CHALLENGE
+
+
+def test_expired_token_is_401_invalid_token(client, make_token):
+    secret = make_token("alice", expires_in_days=1)
+    assert client.get("/plants", headers=bearer(secret)).status_code == 200
+    (Token.update(expires_at=utcnow() - timedelta(seconds=1))
+     .where(Token.id == token_of(secret).id).execute())
+    response = client.get("/plants", headers=bearer(secret))
+    assert_error(response, 401)
+    assert response.headers["WWW-Authenticate"] == INVALID_TOKEN_CHALLENGE
+
+
+def test_token_of_a_deleted_user_is_401(client, runner, alice):
+    assert client.get("/plants", headers=bearer(alice)).status_code == 200
+    result = runner.invoke(args=["users", "delete", "alice"])
+    assert result.exit_code == 0, result.output
+    response = client.get("/plants", headers=bearer(alice))
+    assert_error(response, 401)
+    assert response.headers["WWW-Authenticate"] == INVALID_TOKEN_CHALLENGE
+
+
+def test_bearer_scheme_is_case_insensitive(client, alice):
+    for scheme in ("bearer", "BEARER", "Bearer"):
+        response = client.get("/plants", headers={"Authorization": f"{scheme} {alice}"})
+        assert response.status_code == 200, scheme
+
+
+def test_read_only_token_lists_but_gets_403_on_create_and_delete(client, make_token):
+    writer = make_token("alice")
+    assert client.post("/plants", json={"id": 7, "name": "fern"},
+                       headers=bearer(writer)).status_code == 200
+    reader = make_token("alice", scopes=[READ])
+    assert client.get("/plants", headers=bearer(reader)).get_json() == [{"name": "fern"}]
+    for response in (client.post("/plants", json={"id": 8, "name": "moss"},
+                                 headers=bearer(reader)),
+                     client.delete("/plants/7", headers=bearer(reader))):
+        assert "plants:write" in assert_error(response, 403)["message"]
+        assert 'error="insufficient_scope"' in response.headers["WWW-Authenticate"]
+    assert client.get("/plants", headers=bearer(writer)).get_json() == [{"name": "fern"}]
+
+
+def test_write_only_token_gets_403_on_list(client, make_token):
+    writer = make_token("alice", scopes=[WRITE])
+    assert_error(client.get("/plants", headers=bearer(writer)), 403)
+
+
+@pytest.mark.parametrize("method, path, kwargs", [
+    pytest.param("POST", "/plants", {"data": "id=7", "content_type": "text/plain"},
+                 id="non-JSON create"),
+    pytest.param("POST", "/plants", {"data": "{bad", "content_type": "application/json"},
+                 id="malformed JSON create"),
+    pytest.param("GET", "/plants?limit=abc", {}, id="bad limit"),
+    pytest.param("DELETE", "/plants/abc", {}, id="bad path id"),
+])
+def test_credentials_are_checked_before_the_request_itself(client, method, path, kwargs):
+    response = client.open(path, method=method, **kwargs)
+    assert_error(response, 401)
+    assert response.headers["WWW-Authenticate"] == CHALLENGE
+
+
+def test_scope_is_checked_before_the_body(client, make_token):
+    reader = make_token("alice", scopes=[READ])
+    response = client.post("/plants", data="id=7", content_type="text/plain",
+                           headers=bearer(reader))
+    assert_error(response, 403)
+
+
+def test_tokens_are_prefixed_and_carry_256_bits_of_randomness(make_token):
+    tokens = [make_token("alice") for _ in range(20)]
+    assert len(set(tokens)) == len(tokens)
+    for token in tokens:
+        assert re.fullmatch(r"pst_[A-Za-z0-9_-]{43}", token), token
+        assert len(base64.urlsafe_b64decode(token[4:] + "=")) * 8 >= 256
+
+
+def test_tokens_are_stored_only_as_their_sha256_hex_digest(app, make_token):
+    secret = make_token("alice")
+    cursor = db.database.execute_sql('SELECT * FROM "token"')
+    rows = [dict(zip([column[0] for column in cursor.description], row))
+            for row in cursor.fetchall()]
+    assert len(rows) == 1
+    assert rows[0]["digest"] == hashlib.sha256(secret.encode()).hexdigest()
+    stored = " ".join(str(value) for value in rows[0].values())
+    assert secret not in stored
+    # At most a short hint of the token is kept, for telling tokens apart.
+    assert secret[len(rows[0]["hint"]):] not in stored
+    assert len(rows[0]["hint"]) <= len("pst_") + 4
+
+
+@pytest.mark.parametrize("path", ["/openapi.json", "/docs/", "/healthz", "/readyz"])
+def test_documents_and_probes_need_no_token(client, path):
+    assert client.get(path).status_code == 200
+    garbage = client.get(path, headers={"Authorization": "Bearer not-a-token"})
+    assert garbage.status_code == 200
