@@ -1,0 +1,139 @@
+"""/metrics: Prometheus text, requests by route template/method/status,
+latency, webhook outcomes and outbox backlog, summed across gunicorn workers."""
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import bearer
+from plantstore import db
+from plantstore.models import Delivery, Subscription
+
+
+def sample(text, name, **labels):
+    """The value of sample ``name`` with exactly ``labels`` (0.0 when absent)."""
+    for family in text_string_to_metric_families(text):
+        for found in family.samples:
+            if found.name == name and found.labels == labels:
+                return found.value
+    return 0.0
+
+
+def scrape(client):
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    return response.get_data(as_text=True)
+
+
+def test_metrics_need_no_token_and_speak_prometheus_text(client):
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.content_type.startswith("text/plain")
+    text = response.get_data(as_text=True)
+    families = {family.name for family in text_string_to_metric_families(text)}
+    assert {"plantstore_http_requests", "plantstore_http_request_duration_seconds",
+            "plantstore_outbox_pending_deliveries"} <= families
+
+
+def test_requests_are_counted_by_route_template_method_and_status(client, alice):
+    before = scrape(client)
+    client.post("/plants", json={"id": 7, "name": "fern"}, headers=bearer(alice))
+    client.delete("/plants/7", headers=bearer(alice))
+    client.delete("/plants/8", headers=bearer(alice))
+    client.get("/plants")
+    after = scrape(client)
+
+    def grew(route, method, status):
+        name = "plantstore_http_requests_total"
+        labels = {"route": route, "method": method, "status": str(status)}
+        return sample(after, name, **labels) - sample(before, name, **labels)
+    assert grew("/plants", "POST", 200) == 1
+    assert grew("/plants/<plant_id:id>", "DELETE", 204) == 1
+    assert grew("/plants/<plant_id:id>", "DELETE", 404) == 1
+    assert grew("/plants", "GET", 401) == 1
+
+
+def test_unrouted_paths_share_one_route_label(client):
+    before = scrape(client)
+    client.get("/wp-admin/1")
+    client.get("/wp-admin/2")
+    after = scrape(client)
+    labels = {"route": "<unmatched>", "method": "GET", "status": "404"}
+    assert (sample(after, "plantstore_http_requests_total", **labels)
+            - sample(before, "plantstore_http_requests_total", **labels)) == 2
+    assert "/wp-admin" not in after
+
+
+def test_latency_histogram_observes_every_request(client):
+    labels = {"route": "/healthz", "method": "GET"}
+    before = sample(scrape(client), "plantstore_http_request_duration_seconds_count", **labels)
+    for _ in range(3):
+        client.get("/healthz")
+    text = scrape(client)
+    assert sample(text, "plantstore_http_request_duration_seconds_count", **labels) == before + 3
+    assert sample(text, "plantstore_http_request_duration_seconds_bucket",
+                  le="+Inf", **labels) == before + 3
+
+
+def test_outbox_backlog_counts_pending_deliveries_at_scrape_time(app, client):
+    with app.app_context(), db.database.atomic():
+        subscription = Subscription.create(url="http://127.0.0.1:9/hook", secret="whsec_x")
+        for number, status in enumerate([Delivery.PENDING, Delivery.PENDING,
+                                         Delivery.DELIVERED, Delivery.FAILED]):
+            Delivery.create(subscription=subscription, message_id=f"msg_{number}",
+                            event_type="plant.created", payload="{}", status=status)
+    assert sample(scrape(client), "plantstore_outbox_pending_deliveries") == 2
+    with app.app_context(), db.database.atomic():
+        Delivery.update(status=Delivery.DELIVERED).execute()
+    assert sample(scrape(client), "plantstore_outbox_pending_deliveries") == 0
+
+
+@pytest.mark.slow
+def test_counts_are_exact_across_gunicorn_workers(gunicorn_server, alice):
+    server = gunicorn_server(workers=3)
+    requests_sent = 40
+
+    def list_plants(_):
+        return requests.get(server.url + "/plants", headers=bearer(alice), timeout=10).status_code
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        assert set(pool.map(list_plants, range(requests_sent))) == {200}
+
+    scrapes = [requests.get(server.url + "/metrics", timeout=10).text for _ in range(6)]
+    labels = {"route": "/plants", "method": "GET"}
+    for text in scrapes:
+        assert sample(text, "plantstore_http_requests_total", status="200", **labels) \
+            == requests_sent
+        assert sample(text, "plantstore_http_request_duration_seconds_count", **labels) \
+            == requests_sent
+    answering = {entry["pid"] for entry in map(json.loads, server.output().splitlines())
+                 if entry.get("logger") == "gunicorn.access" and entry.get("path") == "/plants"}
+    assert len(answering) >= 2, "one worker answered everything: the sum was not exercised"
+
+
+@pytest.mark.slow
+def test_webhook_deliveries_are_counted_by_outcome(gunicorn_server, runner, alice, httpserver):
+    httpserver.expect_request("/delivered", method="POST").respond_with_data(status=204)
+    httpserver.expect_request("/gone", method="POST").respond_with_data(status=410)
+    for path in ("/delivered", "/gone"):
+        added = runner.invoke(args=["webhooks", "add", httpserver.url_for(path)])
+        assert added.exit_code == 0, added.output
+    server = gunicorn_server(workers=2)
+    created = requests.post(server.url + "/plants", json={"id": 1, "name": "fern"},
+                            headers=bearer(alice), timeout=15)
+    assert created.status_code == 200
+    # The create sends right after its commit; give a sender finishing after
+    # the response a moment, then the counts must be exact.
+    deadline = time.monotonic() + 10
+    while True:
+        text = requests.get(server.url + "/metrics", timeout=10).text
+        done = sum(sample(text, "plantstore_webhook_deliveries_total", outcome=outcome)
+                   for outcome in ("delivered", "gone"))
+        if done >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert sample(text, "plantstore_webhook_deliveries_total", outcome="delivered") == 1
+    assert sample(text, "plantstore_webhook_deliveries_total", outcome="gone") == 1
+    assert sample(text, "plantstore_outbox_pending_deliveries") == 0
