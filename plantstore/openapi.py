@@ -108,4 +108,6 @@ def complete_spec(app, api):
     _document_links(api.spec)
     app.register_blueprint(get_swaggerui_blueprint(
         DOCS_PATH, "/openapi.json",
-        config={"app_name": API_TITLE, "persistAuthorization": True}))
+        config={"app_name": API_TITLE, "persistAuthorization": True,
+                # Relative, so the page never echoes the request's Host header.
+                "oauth2RedirectUrl": f"{DOCS_PATH}/oauth2-redirect.html"}))
