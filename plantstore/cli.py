@@ -13,6 +13,7 @@ from peewee import DatabaseError, IntegrityError
 
 from . import db
 from .auth import ALL_SCOPES, issue_token, revoke_token
+from .logs import configure_process_logging
 from .models import Token, User, utcnow
 from .webhooks.cli import COMMANDS as WEBHOOK_COMMANDS
 
@@ -148,6 +149,7 @@ cli = FlaskGroup(create_app=_create_app, add_version_option=True,
 
 def main():
     """Console-script entry point: run a command, explain database failures."""
+    configure_process_logging()
     try:
         exit_code = cli.main(standalone_mode=False)
     except click.exceptions.Abort:

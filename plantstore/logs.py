@@ -8,7 +8,9 @@
   request being served.
 - ``JSONAccessLogger`` is gunicorn's logger with a JSON access line.
 - ``gunicorn_logconfig()`` is the ``logconfig_dict`` that routes gunicorn's
-  and the application's records through ``JSONFormatter`` to stdout/stderr.
+  and the application's records through ``JSONFormatter`` to stdout/stderr;
+  ``configure_process_logging()`` does the same for the ``plantstore``
+  command (the webhook worker among others).
 
 Bearer tokens never reach a log line: ``redact`` masks anything shaped like
 one before a line is written.
@@ -16,6 +18,7 @@ one before a line is written.
 import datetime
 import json
 import logging
+import logging.config
 import os
 import re
 import uuid
@@ -163,3 +166,11 @@ def gunicorn_logconfig(level="INFO"):
                                 "propagate": False},
         },
     }
+
+
+def configure_process_logging():
+    """JSON lines on stderr for the ``plantstore`` command, at ``LOG_LEVEL`` (info)."""
+    level = os.environ.get("LOG_LEVEL", "info").upper()
+    config = gunicorn_logconfig(level)
+    del config["loggers"]
+    logging.config.dictConfig(config)

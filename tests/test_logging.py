@@ -2,7 +2,11 @@
 import io
 import json
 import logging
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import requests
@@ -93,3 +97,14 @@ def test_gunicorn_output_is_json_lines_with_request_ids_and_no_tokens(gunicorn_s
     assert alice[4:] not in output
     assert other not in output
     assert not re.search(r"pst_(?!\[REDACTED\])", output)
+
+
+def test_the_plantstore_command_logs_json_lines_on_stderr(tmp_path):
+    env = {**os.environ, "PLANTSTORE_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
+    done = subprocess.run([str(Path(sys.executable).with_name("plantstore")), "db", "upgrade"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("applied ")
+    entries = [json.loads(line) for line in done.stderr.splitlines()]
+    assert any(entry["logger"] == "peewee.migrations" and entry["level"] == "info"
+               for entry in entries), done.stderr
