@@ -15,9 +15,6 @@ DEFAULTS = {
     # GET /plants?limit=: value used when absent, and the largest accepted.
     "LIST_LIMIT_DEFAULT": 100,
     "LIST_LIMIT_MAX": 1000,
-    # Longest accepted plant name and tag, in characters.
-    "NAME_MAX_LENGTH": 255,
-    "TAG_MAX_LENGTH": 255,
     # Largest accepted request body in bytes (Flask's own key): over it, 413.
     "MAX_CONTENT_LENGTH": 1024 * 1024,
     # Prefix of every issued bearer token, so leaked tokens are recognisable.
