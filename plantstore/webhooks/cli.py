@@ -2,7 +2,9 @@
 and ``worker``.
 
 Output meant for scripts goes to stdout (``webhooks add`` prints one JSON
-object); failures are explained on stderr with a non-zero exit.
+object); failures are explained on stderr with a non-zero exit. Every
+command runs inside the app's context (``AppGroup``, ``with_appcontext``), as
+it needs the app's webhook settings.
 """
 import datetime
 import json
@@ -11,6 +13,7 @@ from urllib.parse import urlsplit
 
 import click
 from flask import current_app
+from flask.cli import AppGroup, with_appcontext
 
 from ..db import database
 from ..models import Attempt, Delivery, Subscription, utcnow
@@ -57,7 +60,7 @@ def _delivery(delivery_id):
     return delivery
 
 
-@click.group("webhooks")
+@click.group("webhooks", cls=AppGroup)
 def webhooks_cli():
     """Register and manage "New Plant" webhook receivers."""
 
@@ -139,7 +142,7 @@ def webhooks_enable(subscription_id):
     click.echo(f"enabled webhook subscription {subscription_id}")
 
 
-@click.group("deliveries")
+@click.group("deliveries", cls=AppGroup)
 def deliveries_cli():
     """Inspect and re-send webhook deliveries."""
 
@@ -230,6 +233,7 @@ def deliveries_retry(delivery_id):
 
 
 @click.command("worker")
+@with_appcontext
 @click.option("--once", is_flag=True,
               help="Deliver what is due now, then exit (for cron or tests).")
 def worker_cli(once):

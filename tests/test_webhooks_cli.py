@@ -1,0 +1,243 @@
+"""The operators' webhook commands: ``plantstore webhooks``, ``deliveries``
+and ``worker --once``, their output and their refusals."""
+import base64
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, bearer
+from plantstore.models import Attempt, Delivery, Subscription
+from webhook_helpers import Answer, make_receiver, subscribe, verify  # noqa: F401
+
+PLANTSTORE = str(Path(sys.executable).with_name("plantstore"))
+
+
+@pytest.fixture
+def app_config():
+    return {"WEBHOOK_CONNECT_TIMEOUT": 0.3, "WEBHOOK_READ_TIMEOUT": 0.6,
+            "WEBHOOK_RETRY_SCHEDULE": "0"}
+
+
+def invoke(runner, *args):
+    return runner.invoke(args=list(args))
+
+
+def create(client, token, plant_id):
+    response = client.post("/plants", json={"id": plant_id, "name": "fern"},
+                           headers=bearer(token))
+    assert response.status_code == 200, response.get_json()
+
+
+def settle(count, timeout=5.0):
+    """Wait until ``count`` attempts are recorded (sending threads write them)."""
+    deadline = time.monotonic() + timeout
+    while Attempt.select().count() < count:
+        assert time.monotonic() < deadline, "attempts were not recorded in time"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def one_of_each(client, runner, alice, make_receiver):
+    """Deliveries 1 delivered, 2 failed (two attempts, HTTP 500), 3 pending."""
+    receiver = make_receiver()
+    subscribe(runner, receiver.url)
+    create(client, alice, 1)
+    settle(1)
+    receiver.answer = Answer(500, body=b"boom")
+    create(client, alice, 2)
+    settle(2)
+    assert invoke(runner, "worker", "--once").stdout.strip() == "failed 1"
+    create(client, alice, 3)
+    settle(4)
+    return receiver
+
+
+def test_webhooks_add_prints_one_json_object_with_id_url_and_secret(runner):
+    result = invoke(runner, "webhooks", "add", "https://hooks.example.com/plants")
+    assert result.exit_code == 0, result.output
+    created = json.loads(result.stdout)
+    assert set(created) == {"id", "url", "secret"}
+    assert created["url"] == "https://hooks.example.com/plants"
+    assert created["secret"].startswith("whsec_")
+    assert len(base64.b64decode(created["secret"][len("whsec_"):])) == 32
+    subscription = Subscription.get_by_id(created["id"])
+    assert subscription.secret == created["secret"] and subscription.is_active
+    assert subscription.bearer_token is None
+
+
+def test_the_installed_command_prints_only_the_json_object_on_stdout(app, database_url):
+    result = subprocess.run(
+        [PLANTSTORE, "webhooks", "add", "http://127.0.0.1:9/hook", "--bearer", "t0k"],
+        env={"PATH": "/usr/bin:/bin", "PLANTSTORE_DATABASE_URL": database_url},
+        cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    created = json.loads(result.stdout)
+    assert created["url"] == "http://127.0.0.1:9/hook"
+    assert Subscription.get_by_id(created["id"]).bearer_token == "t0k"
+
+
+@pytest.mark.parametrize("url", ["ftp://example.com/hook", "example.com/hook", "http://",
+                                 "file:///etc/passwd", "javascript:alert(1)",
+                                 "http://example.com:99999/hook"])
+def test_webhooks_add_refuses_anything_but_an_http_or_https_url(runner, url):
+    result = invoke(runner, "webhooks", "add", url)
+    assert result.exit_code == 2
+    assert "Invalid value for 'URL'" in result.stderr
+    assert result.stdout == ""
+    assert Subscription.select().count() == 0
+
+
+def test_webhooks_list_shows_each_receiver_and_its_state_but_no_secret(runner):
+    first, secret = subscribe(runner, "http://127.0.0.1:9/a", bearer="very-private")
+    second, _ = subscribe(runner, "https://example.com/b")
+    invoke(runner, "webhooks", "rotate-secret", str(second))
+    Subscription.update(is_active=False, disabled_reason="gone").where(
+        Subscription.id == first).execute()
+
+    result = invoke(runner, "webhooks", "list")
+
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].split("\t")[:4] == [str(first), "http://127.0.0.1:9/a",
+                                        "disabled (gone)", "bearer token"]
+    assert lines[1].split("\t")[:4] == [str(second), "https://example.com/b", "active",
+                                        "no bearer token"]
+    assert "previous secret signs until" in lines[1]
+    assert "whsec_" not in result.stdout and "very-private" not in result.stdout
+
+
+def test_webhooks_remove_deletes_the_receiver_with_its_deliveries(
+        client, runner, alice, make_receiver):
+    receiver = make_receiver()
+    subscription_id, _ = subscribe(runner, receiver.url)
+    create(client, alice, 1)
+    settle(1)
+    result = invoke(runner, "webhooks", "remove", str(subscription_id))
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"removed webhook subscription {subscription_id}"
+    assert Subscription.select().count() == 0 and Delivery.select().count() == 0
+    assert Attempt.select().count() == 0
+
+
+def test_webhooks_rotate_secret_prints_the_new_secret_and_keeps_the_old_one_for_the_overlap(
+        runner):
+    subscription_id, old = subscribe(runner, "http://127.0.0.1:9/hook")
+    result = invoke(runner, "webhooks", "rotate-secret", str(subscription_id))
+    assert result.exit_code == 0
+    new = result.stdout.strip()
+    assert new.startswith("whsec_") and new != old
+    assert "24 h" in result.stderr
+    subscription = Subscription.get_by_id(subscription_id)
+    assert (subscription.secret, subscription.previous_secret) == (new, old)
+    overlap = subscription.previous_secret_expires_at - subscription.created_at
+    assert 23.9 * 3600 < overlap.total_seconds() < 24.1 * 3600
+
+
+def test_webhooks_enable_sends_to_a_disabled_receiver_again(
+        client, runner, alice, make_receiver):
+    receiver = make_receiver(Answer(410))
+    subscription_id, _ = subscribe(runner, receiver.url)
+    create(client, alice, 1)
+    settle(1)
+    assert not Subscription.get_by_id(subscription_id).is_active
+
+    receiver.answer = Answer(200)
+    result = invoke(runner, "webhooks", "enable", str(subscription_id))
+    assert result.exit_code == 0
+    create(client, alice, 2)
+    assert json.loads(receiver.wait_for(2)[1].body)["id"] == 2
+
+
+@pytest.mark.parametrize("command", [
+    ("webhooks", "remove"), ("webhooks", "rotate-secret"), ("webhooks", "enable"),
+    ("deliveries", "show"), ("deliveries", "retry")])
+def test_an_unknown_id_is_refused_with_a_clear_message(runner, command):
+    result = invoke(runner, *command, "4242")
+    assert result.exit_code == 1
+    assert "with id 4242" in result.stderr
+    not_a_number = invoke(runner, *command, "four")
+    assert not_a_number.exit_code == 2
+    assert "is not a valid integer" in not_a_number.stderr
+
+
+def test_deliveries_list_shows_every_delivery_newest_first_and_filters_by_status(
+        runner, one_of_each):
+    result = invoke(runner, "deliveries", "list")
+    assert result.exit_code == 0
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    assert [(row[0], row[1], row[4]) for row in rows] == [
+        ("3", "pending", "1"), ("2", "failed", "2"), ("1", "delivered", "1")]
+    assert rows[1][5] == "last error: HTTP 500: boom"
+    assert rows[2][5].startswith("delivered 20")
+    for status, expected in (("pending", "3"), ("failed", "2"), ("delivered", "1")):
+        filtered = invoke(runner, "deliveries", "list", "--status", status)
+        assert [line.split("\t")[0] for line in filtered.stdout.splitlines()] == [expected]
+    assert invoke(runner, "deliveries", "list", "--status", "lost").exit_code == 2
+    assert len(invoke(runner, "deliveries", "list", "--limit", "2").stdout.splitlines()) == 2
+
+
+def test_deliveries_show_lists_every_attempt_with_time_status_and_duration(
+        runner, one_of_each):
+    result = invoke(runner, "deliveries", "show", "2")
+    assert result.exit_code == 0
+    text = result.stdout
+    delivery = Delivery.get_by_id(2)
+    assert f"webhook-id:   {delivery.message_id}" in text
+    assert "status:       failed" in text
+    assert 'payload:      {"id": 2, "name": "fern"}' in text
+    assert "attempts:     2" in text
+    attempt_lines = [line for line in text.splitlines() if line.startswith("  ")]
+    assert len(attempt_lines) == 2
+    for line in attempt_lines:
+        moment, answer, duration = line.strip().split("\t")
+        assert moment.startswith("20") and answer == "HTTP 500 boom"
+        assert duration.endswith(" ms")
+
+
+def test_deliveries_retry_resends_a_failed_delivery_now_with_the_same_webhook_id(
+        runner, one_of_each):
+    receiver = one_of_each
+    receiver.answer = Answer(200)
+    delivery = Delivery.get_by_id(2)
+    secret = Subscription.get().secret
+
+    result = invoke(runner, "deliveries", "retry", "2")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"delivered {delivery.message_id}"
+    last = receiver.requests[-1]
+    assert last.headers["webhook-id"] == delivery.message_id
+    assert verify(secret, last) == {"id": 2, "name": "fern"}
+    assert Delivery.get_by_id(2).status == Delivery.DELIVERED
+    assert Attempt.select().where(Attempt.delivery == 2).count() == 3
+
+
+def test_a_retry_that_fails_again_goes_back_on_the_retry_schedule(runner, one_of_each):
+    result = invoke(runner, "deliveries", "retry", "2")
+    assert result.exit_code == 1
+    assert "failed again (HTTP 500: boom); will retry at" in result.stderr
+    delivery = Delivery.get_by_id(2)
+    assert delivery.status == Delivery.PENDING and delivery.attempts == 1
+
+
+def test_deliveries_retry_refuses_a_delivered_one_and_one_of_a_disabled_receiver(
+        runner, one_of_each):
+    delivered = invoke(runner, "deliveries", "retry", "1")
+    assert delivered.exit_code == 1 and "already delivered" in delivered.stderr
+    Subscription.update(is_active=False, disabled_reason="gone").execute()
+    disabled = invoke(runner, "deliveries", "retry", "2")
+    assert disabled.exit_code == 1
+    assert "is disabled (gone)" in disabled.stderr and "webhooks enable" in disabled.stderr
+    assert len(one_of_each.requests) == 4
+
+
+def test_worker_once_says_what_it_did_and_exits_zero(runner, one_of_each):
+    one_of_each.answer = Answer(200)
+    delivered = invoke(runner, "worker", "--once")
+    assert (delivered.exit_code, delivered.stdout.strip()) == (0, "delivered 1")
+    nothing = invoke(runner, "worker", "--once")
+    assert (nothing.exit_code, nothing.stdout.strip()) == (0, "nothing due")

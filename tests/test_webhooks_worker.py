@@ -1,0 +1,218 @@
+"""The promise: every plant whose create returned 200 reaches every active
+receiver at least once, and no event is sent twice at once. Workers racing
+on one database, leases left by a process that died, a receiver that was
+down, a worker stopped by SIGTERM, and a gunicorn SIGKILLed mid-burst."""
+import datetime
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import requests
+
+from conftest import REPO, bearer, free_port
+from plantstore.db import database
+from plantstore.models import Attempt, Delivery, Plant, User
+from plantstore.webhooks import outbox
+from plantstore.webhooks.config import settings_of
+from plantstore.webhooks.worker import Worker
+from webhook_helpers import Answer, make_receiver, subscribe, verify  # noqa: F401
+
+import pytest
+
+PLANTSTORE = str(Path(sys.executable).with_name("plantstore"))
+FAST = {"WEBHOOK_CONNECT_TIMEOUT": 0.5, "WEBHOOK_READ_TIMEOUT": 0.5,
+        "WEBHOOK_LEASE_SECONDS": 2, "WEBHOOK_RETRY_SCHEDULE": "0,0,0",
+        "WORKER_POLL_INTERVAL": 0.1}
+
+
+@pytest.fixture
+def app_config():
+    return dict(FAST)
+
+
+def environment(database_url, **extra):
+    """The environment of a plantstore process on the test's database."""
+    env = {**os.environ, "PLANTSTORE_DATABASE_URL": database_url}
+    env.update({f"PLANTSTORE_{key}": str(value) for key, value in {**FAST, **extra}.items()})
+    return env
+
+
+def run_plantstore(database_url, *args):
+    return subprocess.run([PLANTSTORE, *args], env=environment(database_url),
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+def create(client, token, plant_id):
+    response = client.post("/plants", json={"id": plant_id, "name": f"plant {plant_id}"},
+                           headers=bearer(token))
+    assert response.status_code == 200, response.get_json()
+
+
+def settle(count, timeout=10.0):
+    """Wait until ``count`` attempts are recorded (sending threads write them)."""
+    deadline = time.monotonic() + timeout
+    while Attempt.select().count() < count:
+        assert time.monotonic() < deadline, "attempts were not recorded in time"
+        time.sleep(0.02)
+
+
+def payload_id(received):
+    return json.loads(received.body)["id"]
+
+
+@pytest.mark.parametrize("app_config", [{**FAST, "WORKER_BATCH_SIZE": 2}])
+def test_two_workers_at_once_deliver_each_event_exactly_once(
+        app, client, runner, alice, make_receiver):
+    events = 24
+    receiver = make_receiver(Answer(500))
+    subscribe(runner, receiver.url)
+    for plant_id in range(events):
+        create(client, alice, plant_id)
+    settle(events)
+    receiver.answer = Answer(200, delay=0.05)
+    settings = settings_of(app)
+    start = threading.Barrier(2)
+    tallies = []
+
+    def work():
+        worker = Worker(settings)
+        start.wait()
+        tallies.append(worker.run_once())
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    delivered = Counter(got.headers["webhook-id"] for got, answer
+                        in zip(receiver.requests, receiver.answers) if answer.status == 200)
+    assert len(delivered) == events and set(delivered.values()) == {1}
+    assert len(tallies) == 2 and all(tally["delivered"] > 0 for tally in tallies), tallies
+    assert sum(tally["delivered"] for tally in tallies) == events
+    assert Attempt.select().count() == 2 * events
+    assert {d.status for d in Delivery.select()} == {Delivery.DELIVERED}
+
+
+@pytest.mark.parametrize("app_config", [{**FAST, "WEBHOOK_LEASE_SECONDS": 2.5}])
+def test_deliveries_of_a_process_that_died_after_the_commit_wait_out_its_lease(
+        app, runner, alice, make_receiver):
+    receiver = make_receiver()
+    _, secret = subscribe(runner, receiver.url)
+    with app.test_request_context(), database.atomic():
+        plant = Plant.create(id=1, name="fern", owner=User.get(User.name == "alice"))
+        [job] = outbox.record_new_plant(plant)
+    # No send after the commit: the request's process is gone.
+
+    assert runner.invoke(args=["worker", "--once"]).stdout.strip() == "nothing due"
+    assert receiver.requests == []
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    time.sleep((job.leased_until - now).total_seconds() + 0.05)
+    assert runner.invoke(args=["worker", "--once"]).stdout.strip() == "delivered 1"
+    [got] = receiver.wait_for(1)
+    assert got.headers["webhook-id"] == job.message_id
+    assert verify(secret, got) == {"id": 1, "name": "fern"}
+
+
+def test_worker_once_delivers_what_waited_while_the_receiver_was_down(
+        client, runner, alice, database_url, make_receiver):
+    port = free_port()
+    _, secret = subscribe(runner, f"http://127.0.0.1:{port}/hook")
+    create(client, alice, 1)
+    settle(1)
+    delivery = Delivery.get()
+    assert delivery.status == Delivery.PENDING
+    assert delivery.last_error.startswith("connection failed")
+
+    receiver = make_receiver(port=port)
+    finished = run_plantstore(database_url, "worker", "--once")
+
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.strip() == "delivered 1"
+    [got] = receiver.wait_for(1)
+    assert got.headers["webhook-id"] == delivery.message_id
+    assert verify(secret, got) == {"id": 1, "name": "plant 1"}
+    assert Delivery.get().status == Delivery.DELIVERED
+
+
+def test_the_worker_polls_for_due_deliveries_and_stops_cleanly_on_sigterm_after_the_one_under_way(
+        client, runner, alice, database_url, make_receiver):
+    receiver = make_receiver(Answer(500))
+    subscribe(runner, receiver.url)
+    worker = subprocess.Popen([PLANTSTORE, "worker"], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env=environment(database_url, WEBHOOK_READ_TIMEOUT=3))
+    try:
+        time.sleep(0.5)  # the worker is polling an empty outbox
+        # The create's own attempt fails; the worker's is held a second.
+        receiver.answer = lambda got: Answer(500) if not receiver.requests \
+            else Answer(200, delay=1.0)
+        create(client, alice, 1)
+        receiver.wait_for(2, timeout=20)  # the worker's attempt, held by the receiver
+        worker.send_signal(signal.SIGTERM)
+        _, stderr = worker.communicate(timeout=20)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 0, stderr
+    delivery = Delivery.get()
+    assert delivery.status == Delivery.DELIVERED and delivery.attempts == 2
+    assert len(receiver.requests) == 2
+
+
+def test_every_create_answered_200_reaches_the_receiver_after_gunicorn_is_sigkilled_mid_burst(
+        app, runner, alice, database_url, gunicorn_server, make_receiver):
+    # Odd ids fail at first, so only a worker can deliver them.
+    receiver = make_receiver(lambda got: Answer(200 if payload_id(got) % 2 == 0 else 503))
+    subscribe(runner, receiver.url)
+    server = gunicorn_server(workers=2, env=environment(database_url))
+    ids = itertools.count(1)
+    id_lock = threading.Lock()
+    answered_200 = []
+    stop = threading.Event()
+
+    def burst():
+        with requests.Session() as session:
+            while not stop.is_set():
+                with id_lock:
+                    plant_id = next(ids)
+                try:
+                    response = session.post(server.url + "/plants", headers=bearer(alice),
+                                            json={"id": plant_id, "name": "fern"}, timeout=10)
+                except requests.RequestException:
+                    return  # the server is gone
+                if response.status_code == 200:
+                    answered_200.append(plant_id)
+
+    clients = [threading.Thread(target=burst) for _ in range(4)]
+    for thread in clients:
+        thread.start()
+    deadline = time.monotonic() + 15
+    while len(answered_200) < 40 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.killpg(os.getpgid(server.process.pid), signal.SIGKILL)
+    stop.set()
+    for thread in clients:
+        thread.join(timeout=15)
+    server.process.wait(timeout=10)
+    assert len(answered_200) >= 40, server.output()
+
+    receiver.answer = Answer(200)
+    time.sleep(2.1)  # the lease of the rows being written or sent at the kill
+    finished = run_plantstore(database_url, "worker", "--once")
+    assert finished.returncode == 0, finished.stderr
+
+    reached = {payload_id(got) for got, answer in zip(receiver.requests, receiver.answers)
+               if answer.status == 200}
+    assert set(answered_200) <= reached
+    committed = {plant.id for plant in Plant.select(Plant.id)}
+    assert set(answered_200) <= committed <= reached
+    assert {d.status for d in Delivery.select()} == {Delivery.DELIVERED}
