@@ -1,8 +1,12 @@
 """/metrics: Prometheus text, requests by route template/method/status,
 latency, webhook outcomes and outbox backlog, summed across gunicorn workers."""
 import json
+import os
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import requests
@@ -137,3 +141,27 @@ def test_webhook_deliveries_are_counted_by_outcome(gunicorn_server, runner, alic
     assert sample(text, "plantstore_webhook_deliveries_total", outcome="delivered") == 1
     assert sample(text, "plantstore_webhook_deliveries_total", outcome="gone") == 1
     assert sample(text, "plantstore_outbox_pending_deliveries") == 0
+
+
+@pytest.mark.slow
+def test_deliveries_by_the_webhook_worker_count_in_the_web_scrape(
+        gunicorn_server, app, runner, database_url, httpserver, tmp_path):
+    metrics_dir = tmp_path / "metrics"
+    httpserver.expect_request("/hook", method="POST").respond_with_data(status=204)
+    added = runner.invoke(args=["webhooks", "add", httpserver.url_for("/hook")])
+    assert added.exit_code == 0, added.output
+    with app.app_context(), db.database.atomic():
+        Delivery.create(subscription=Subscription.get(), message_id="msg_worker",
+                        event_type="plant.created", payload='{"id": 1, "name": "fern"}')
+    server = gunicorn_server(workers=2, env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)})
+    before = requests.get(server.url + "/metrics", timeout=10).text
+    assert sample(before, "plantstore_outbox_pending_deliveries") == 1
+    worker = subprocess.run(
+        [str(Path(sys.executable).with_name("plantstore")), "worker", "--once"],
+        env={**os.environ, "PLANTSTORE_DATABASE_URL": database_url,
+             "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)},
+        capture_output=True, text=True, timeout=60)
+    assert worker.returncode == 0, worker.stderr
+    after = requests.get(server.url + "/metrics", timeout=10).text
+    assert sample(after, "plantstore_webhook_deliveries_total", outcome="delivered") == 1
+    assert sample(after, "plantstore_outbox_pending_deliveries") == 0
