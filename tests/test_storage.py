@@ -87,6 +87,16 @@ def test_db_upgrade_creates_the_schema_the_app_never_creates_itself(tmp_path):
     assert tables(path) >= CORE_TABLES | {"schema_migration"}
 
 
+def test_every_request_gives_its_connection_back(client, alice):
+    for request in (lambda: client.get("/plants", headers=bearer(alice)),
+                    lambda: client.post("/plants", json={"id": 1, "name": "fern"},
+                                        headers=bearer(alice)),
+                    lambda: client.delete("/plants/404", headers=bearer(alice)),
+                    lambda: client.get("/readyz")):
+        assert request().status_code in (200, 404)
+        assert db.database.is_closed()
+
+
 def test_only_migrations_call_create_tables():
     callers = [str(source.relative_to(PACKAGE)) for source in PACKAGE.rglob("*.py")
                if "create_tables" in source.read_text()
