@@ -59,6 +59,7 @@ class TestConfiguredBodyCap:
 
     @pytest.fixture
     def app_config(self):
+        """A 64-byte cap instead of the default 1 MiB."""
         return {"MAX_CONTENT_LENGTH": 64}
 
     def test_body_over_max_content_length_is_413_naming_it(self, client, alice):

@@ -135,6 +135,7 @@ class TestConfiguredBoundsInTheDocument:
 
     @pytest.fixture
     def app_config(self):
+        """Bounds other than the defaults."""
         return {"LIST_LIMIT_DEFAULT": 20, "LIST_LIMIT_MAX": 50}
 
     def test_limit_parameter_shows_the_configured_bounds(self, document):

@@ -250,6 +250,7 @@ class TestConfiguredListBounds:
 
     @pytest.fixture
     def app_config(self):
+        """Small bounds, so a handful of plants crosses them."""
         return {"LIST_LIMIT_DEFAULT": 2, "LIST_LIMIT_MAX": 3}
 
     def test_default_page_size_is_list_limit_default(self, client, alice):
