@@ -67,6 +67,16 @@ class TestConfiguredBodyCap:
                                content_type="application/json", headers=bearer(alice))
         assert "64" in assert_error(response, 413)["message"]
 
+    def test_content_type_is_checked_before_the_size(self, client, alice):
+        response = client.post("/plants", data=b"x" * 65, content_type="text/plain",
+                               headers=bearer(alice))
+        assert_error(response, 415)
+
+    def test_size_is_checked_before_the_json(self, client, alice):
+        response = client.post("/plants", data=b"{" * 65, content_type="application/json",
+                               headers=bearer(alice))
+        assert_error(response, 413)
+
     def test_body_at_max_content_length_is_accepted(self, client, alice):
         response = client.post("/plants", data=padded_plant(64),
                                content_type="application/json", headers=bearer(alice))

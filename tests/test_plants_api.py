@@ -294,6 +294,17 @@ def test_following_next_links_walks_every_plant_exactly_once(client, alice):
     assert [p["name"] for page in pages for p in page] == names(ids)
 
 
+def test_paging_neither_repeats_nor_skips_when_plants_change_between_pages(client, alice):
+    seed("alice", range(10))
+    first = client.get("/plants?limit=4", headers=bearer(alice))
+    assert [p["name"] for p in first.get_json()] == names(range(4))
+    client.delete("/plants/2", headers=bearer(alice))
+    client.delete("/plants/5", headers=bearer(alice))
+    seed("alice", [-1, 20])
+    rest = [p["name"] for page in walk(client, alice, next_url(first)) for p in page]
+    assert rest == names([4, 6, 7, 8, 9, 20])
+
+
 def test_paging_sees_only_the_callers_plants_and_admin_pages_through_all(
         client, alice, bob, admin):
     seed("alice", [1, 3, 5, 7, 9])
