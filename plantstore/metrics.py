@@ -18,7 +18,7 @@ import logging
 import os
 import time
 
-from flask import Blueprint, current_app, g, request
+from flask import Blueprint, current_app, has_request_context, request
 from prometheus_client import (CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry,
                                Counter, Histogram, generate_latest)
 from prometheus_client.core import GaugeMetricFamily
@@ -57,7 +57,7 @@ def _observe(route, method, status, seconds):
     counter = _request_counters.get((route, method, status))
     if counter is None:
         counter = _request_counters.setdefault(
-            (route, method, status), REQUESTS.labels(route, method, str(status)))
+            (route, method, status), REQUESTS.labels(route, method, status))
     counter.inc()
     histogram = _latency_histograms.get((route, method))
     if histogram is None:
@@ -97,20 +97,30 @@ def metrics():
                                       content_type=CONTENT_TYPE_LATEST)
 
 
+class MetricsMiddleware:
+    """WSGI middleware counting and timing every request as it is answered.
+
+    The route template is read when the response starts, while Flask's
+    request context is still active; no Flask hook runs per request.
+    """
+
+    def __init__(self, wsgi_app):
+        self.wsgi_app = wsgi_app
+
+    def __call__(self, environ, start_response):
+        started = time.perf_counter()
+
+        def start_and_count(status, headers, exc_info=None):
+            rule = request.url_rule if has_request_context() else None
+            method = environ.get("REQUEST_METHOD")
+            _observe(rule.rule if rule is not None else UNMATCHED_ROUTE,
+                     method if method in KNOWN_METHODS else "OTHER",
+                     status[:3], time.perf_counter() - started)
+            return start_response(status, headers, exc_info)
+        return self.wsgi_app(environ, start_and_count)
+
+
 def init_metrics(app):
-    """Time and count every request, and serve ``/metrics``."""
-    @app.before_request
-    def start_timer():
-        g.metrics_started = time.perf_counter()
-
-    @app.after_request
-    def count_request(response):
-        started = g.get("metrics_started")
-        if started is not None:
-            rule = request.url_rule
-            method = request.method if request.method in KNOWN_METHODS else "OTHER"
-            _observe(rule.rule if rule is not None else UNMATCHED_ROUTE, method,
-                     response.status_code, time.perf_counter() - started)
-        return response
-
+    """Time and count every request of ``app``, and serve ``/metrics``."""
+    app.wsgi_app = MetricsMiddleware(app.wsgi_app)
     app.register_blueprint(blp)
