@@ -20,7 +20,9 @@ Logs are JSON lines: access lines on stdout, everything else on stderr.
 """
 import multiprocessing
 import os
+import queue
 import shutil
+import signal
 import tempfile
 
 # Metric storage must be chosen before prometheus_client is first imported
@@ -73,8 +75,32 @@ logconfig_dict = gunicorn_logconfig(loglevel.upper())
 
 
 def post_fork(server, worker):
-    """Drop database connections a worker inherited from the master."""
+    """Drop inherited database connections; never lose an early SIGTERM.
+
+    Until the worker installs its own signal handlers (next, in
+    init_process), a SIGTERM runs the master's handler, which only queues it
+    in this process's copy of the master's queue: a stop sent while the
+    worker boots would be ignored until the graceful timeout kills it. From
+    here on the worker's own handler takes it, and one already queued is
+    honoured: the worker exits as soon as it has booted.
+    """
+    signal.signal(signal.SIGTERM, worker.handle_exit)
     reset_after_fork()
+    if _stop_was_queued(server.SIG_QUEUE):
+        worker.alive = False
+
+
+def _stop_was_queued(signals):
+    """Whether the master's signal queue (as copied into a worker) holds a stop."""
+    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+    if isinstance(signals, list):  # gunicorn < 24
+        return any(sig in stops for sig in signals)
+    found = False
+    while True:
+        try:
+            found = signals.get_nowait() in stops or found
+        except queue.Empty:
+            return found
 
 
 def child_exit(server, worker):
