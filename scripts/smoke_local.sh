@@ -104,8 +104,8 @@ http {
     include $WORK/nginx/plantstore.conf;
 }
 EOF
-    "$NGINX_BIN" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -t -q
-    "$NGINX_BIN" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g "daemon off;" \
+    "$NGINX_BIN" -p "$WORK/nginx" -e "$WORK/nginx/error.log" -c "$WORK/nginx/nginx.conf" -t -q
+    "$NGINX_BIN" -p "$WORK/nginx" -e "$WORK/nginx/error.log" -c "$WORK/nginx/nginx.conf" -g "daemon off;" \
         > "$WORK/nginx/stdout.log" 2>&1 &
     PIDS+=($!)
     wait_for "http://127.0.0.1:$NGINX_PORT/healthz" "${PIDS[-1]}" nginx
