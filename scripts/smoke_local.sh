@@ -74,8 +74,9 @@ TRUSTED=0
 PORT=$PORT HOST=127.0.0.1 WEB_CONCURRENCY=2 PLANTSTORE_TRUSTED_PROXIES=$TRUSTED \
     "$BIN/gunicorn" -c config/gunicorn.conf.py wsgi:app \
     > "$WORK/gunicorn-access.log" 2> "$WORK/gunicorn.log" &
-PIDS+=($!)
-wait_for "http://127.0.0.1:$PORT/healthz" "${PIDS[-1]}" gunicorn
+GUNICORN_PID=$!
+PIDS+=($GUNICORN_PID)
+wait_for "http://127.0.0.1:$PORT/healthz" "$GUNICORN_PID" gunicorn
 BASE="http://127.0.0.1:$PORT"
 
 if [ $NGINX = 1 ]; then
@@ -165,6 +166,13 @@ if [ $NGINX = 1 ]; then
     [ "$STATUS" = 413 ] && grep -q '"error": 413' "$WORK/big.json" \
         || { echo "FAIL: oversized body: HTTP $STATUS $(cat "$WORK/big.json")" >&2; exit 1; }
     echo "ok    1.1 MB body refused with a JSON 413"
+
+    echo "== with gunicorn stopped, nginx answers a JSON 502"
+    kill -TERM "$GUNICORN_PID" && wait "$GUNICORN_PID" || true
+    STATUS=$(curl -sS -o "$WORK/down.json" -w '%{http_code}' --max-time 10 "$BASE/plants")
+    [ "$STATUS" = 502 ] && grep -q '"error": 502' "$WORK/down.json" \
+        || { echo "FAIL: gunicorn down: HTTP $STATUS $(cat "$WORK/down.json")" >&2; exit 1; }
+    echo "ok    502 $(cat "$WORK/down.json")"
 fi
 
 echo "smoke: PASSED$([ $NGINX = 1 ] && echo ' (through nginx)')"
