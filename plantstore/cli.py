@@ -16,6 +16,7 @@ from .auth import ALL_SCOPES, issue_token, revoke_token
 from .logs import configure_process_logging
 from .models import Token, User, utcnow
 from .webhooks.cli import COMMANDS as WEBHOOK_COMMANDS
+from .webhooks.config import WebhookConfigError
 
 
 def _find_user(name):
@@ -158,6 +159,9 @@ def main():
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)
+    except WebhookConfigError as error:
+        click.echo(f"Error: {error}", err=True)
+        sys.exit(1)
     except DatabaseError as error:
         click.echo(f"Error: database error: {error}\n"
                    "Is the database reachable, and has `plantstore db upgrade` run?",

@@ -80,9 +80,22 @@ def test_the_installed_command_prints_only_the_json_object_on_stdout(app, databa
     assert Subscription.get_by_id(created["id"]).bearer_token == "t0k"
 
 
+def test_a_malformed_webhook_setting_is_named_without_a_traceback(app, database_url):
+    result = subprocess.run(
+        [PLANTSTORE, "worker", "--once"],
+        env={"PATH": "/usr/bin:/bin", "PLANTSTORE_DATABASE_URL": database_url,
+             "PLANTSTORE_WEBHOOK_RETRY_SCHEDULE": "5,soon"},
+        cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        "Error: PLANTSTORE_WEBHOOK_RETRY_SCHEDULE must be seconds, comma-separated")
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize("url", ["ftp://example.com/hook", "example.com/hook", "http://",
                                  "file:///etc/passwd", "javascript:alert(1)",
-                                 "http://example.com:99999/hook"])
+                                 "http://example.com:99999/hook",
+                                 "https://user:secret@example.com/hook"])
 def test_webhooks_add_refuses_anything_but_an_http_or_https_url(runner, url):
     result = invoke(runner, "webhooks", "add", url)
     assert result.exit_code == 2

@@ -9,7 +9,7 @@ import pytest
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from conftest import bearer
-from plantstore.models import Attempt, Delivery
+from plantstore.models import Attempt, Delivery, Subscription
 from webhook_helpers import Answer, make_receiver, subscribe, verify  # noqa: F401
 
 CONNECT, READ = 0.3, 0.6
@@ -109,8 +109,9 @@ def test_a_failing_receiver_never_fails_the_create_and_the_delivery_waits_for_a_
     assert delivery.status == Delivery.PENDING and delivery.attempts == 1
     assert delivery.locked_until is None
     assert delivery.last_error == "HTTP 500: database on fire"
-    wait = (delivery.next_attempt_at - delivery.created_at).total_seconds()
-    assert 0.8 <= wait <= 1.3  # the first step of the "1,1" schedule, with jitter
+    [attempt] = Attempt.select()
+    wait = (delivery.next_attempt_at - attempt.started_at).total_seconds()
+    assert 0.9 <= wait <= 1.1 + 0.5, wait  # the schedule's first step, ±10 % jitter
 
 
 def test_slow_receivers_never_hold_the_create_past_connect_plus_read_timeout(
@@ -138,6 +139,17 @@ def test_unreachable_receiver_is_a_recorded_connection_failure(client, runner, a
     [attempt] = Attempt.select()
     assert attempt.status_code is None
     assert attempt.error.startswith("connection failed")
+
+
+def test_a_url_the_http_client_cannot_use_is_a_recorded_failure_not_a_failed_create(
+        client, runner, alice):
+    subscribe(runner, "http://127.0.0.1:9/hook")
+    Subscription.update(url="http://[::1/hook").execute()  # written by hand, unparseable
+    create(client, alice, id=1, name="fern")
+    wait_for_attempts(1)
+    [attempt] = Attempt.select()
+    assert attempt.status_code is None and "InvalidURL" in attempt.error
+    assert Delivery.get().status == Delivery.PENDING
 
 
 def test_a_redirect_is_a_failure_and_is_not_followed(client, runner, alice, make_receiver):

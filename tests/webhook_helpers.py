@@ -8,6 +8,7 @@ and answers as the test tells it to. Use the ``make_receiver`` fixture
 import dataclasses
 import http.server
 import json
+import socket
 import threading
 import time
 
@@ -42,6 +43,18 @@ class Answer:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as real receivers do
+    disable_nagle_algorithm = True  # no 40 ms stall between headers and body
+
+    def setup(self):
+        super().setup()
+        self.server.receiver.connections.add(self.connection)
+
+    def finish(self):
+        self.server.receiver.connections.discard(self.connection)
+        try:
+            super().finish()
+        except OSError:
+            pass
 
     def _handle(self):
         receiver = self.server.receiver
@@ -73,6 +86,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         """Silence the per-request log lines."""
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        """Say nothing when a sender hangs up: tests provoke it on purpose."""
+
+
 class Receiver:
     """A threaded HTTP server on 127.0.0.1 that records what it answered.
 
@@ -86,9 +106,9 @@ class Receiver:
         self.requests = []
         self.answers = []
         self.released = threading.Event()
+        self.connections = set()
         self._changed = threading.Condition()
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.receiver = self
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/hook"
@@ -100,10 +120,16 @@ class Receiver:
         return self
 
     def stop(self):
-        """Stop serving, and wake every answer still being delayed."""
+        """Stop serving, wake every answer still being delayed, and hang up
+        on kept-alive connections so no handler thread outlives the test."""
         self.released.set()
         self._server.shutdown()
         self._server.server_close()
+        for connection in list(self.connections):
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def answer_for(self, received):
         answer = self.answer

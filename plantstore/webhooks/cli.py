@@ -43,6 +43,10 @@ def validate_url(ctx, param, url):
             "only over HTTP(S)")
     if not host:
         raise click.BadParameter(f"{url!r} names no host")
+    if parts.username is not None or parts.password is not None:
+        raise click.BadParameter(
+            "credentials in the URL would be sent instead of the bearer token "
+            "and shown by `webhooks list`; pass a token with --bearer")
     return url
 
 

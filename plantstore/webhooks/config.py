@@ -11,7 +11,8 @@ EXTENSION_KEY = "plantstore.webhooks"
 
 
 class WebhookConfigError(ValueError):
-    """A ``PLANTSTORE_WEBHOOK_*`` or ``PLANTSTORE_WORKER_*`` value is unusable."""
+    """A ``PLANTSTORE_WEBHOOK_*`` or ``PLANTSTORE_WORKER_*`` value is unusable;
+    the message names the environment variable."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +47,7 @@ def parse_schedule(value):
     value means no retry at all.
     """
     if isinstance(value, bool):
-        raise WebhookConfigError("WEBHOOK_RETRY_SCHEDULE must be seconds, "
+        raise WebhookConfigError("PLANTSTORE_WEBHOOK_RETRY_SCHEDULE must be seconds, "
                                  f"comma-separated, not {value!r}")
     if isinstance(value, (int, float)):
         items = [value]
@@ -56,15 +57,17 @@ def parse_schedule(value):
     elif isinstance(value, (list, tuple)):
         items = list(value)
     else:
-        raise WebhookConfigError(f"WEBHOOK_RETRY_SCHEDULE: unusable value {value!r}")
+        raise WebhookConfigError(
+            f"PLANTSTORE_WEBHOOK_RETRY_SCHEDULE: unusable value {value!r}")
     try:
         delays = tuple(float(item) for item in items)
     except (TypeError, ValueError):
         raise WebhookConfigError(
-            f"WEBHOOK_RETRY_SCHEDULE must be seconds, comma-separated "
+            f"PLANTSTORE_WEBHOOK_RETRY_SCHEDULE must be seconds, comma-separated "
             f"(e.g. 5,300,1800), not {value!r}") from None
     if any(delay < 0 or delay != delay for delay in delays):
-        raise WebhookConfigError(f"WEBHOOK_RETRY_SCHEDULE has a negative delay: {value!r}")
+        raise WebhookConfigError(
+            f"PLANTSTORE_WEBHOOK_RETRY_SCHEDULE has a negative delay: {value!r}")
     return delays
 
 
@@ -76,10 +79,11 @@ def _number(config, key, kind=float, minimum=0.0, exclusive=False):
             raise ValueError
         value = kind(raw)
     except (TypeError, ValueError):
-        raise WebhookConfigError(f"{key} must be a number, not {raw!r}") from None
+        raise WebhookConfigError(
+            f"PLANTSTORE_{key} must be a number, not {raw!r}") from None
     if value < minimum or (exclusive and value == minimum):
         bound = "above" if exclusive else "at least"
-        raise WebhookConfigError(f"{key} must be {bound} {minimum}, not {raw!r}")
+        raise WebhookConfigError(f"PLANTSTORE_{key} must be {bound} {minimum}, not {raw!r}")
     return value
 
 
