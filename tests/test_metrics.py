@@ -13,7 +13,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import bearer
-from plantstore import db
+from plantstore import create_app, db
 from plantstore.models import Delivery, Subscription
 
 
@@ -165,3 +165,13 @@ def test_deliveries_by_the_webhook_worker_count_in_the_web_scrape(
     after = requests.get(server.url + "/metrics", timeout=10).text
     assert sample(after, "plantstore_webhook_deliveries_total", outcome="delivered") == 1
     assert sample(after, "plantstore_outbox_pending_deliveries") == 0
+
+
+def test_metrics_still_answer_when_the_database_is_down(tmp_path):
+    unreachable = create_app({"TESTING": True,
+                              "DATABASE_URL": f"sqlite:///{tmp_path / 'missing' / 'x.db'}"})
+    response = unreachable.test_client().get("/metrics")
+    assert response.status_code == 200
+    text = response.get_data(as_text=True)
+    assert "plantstore_http_requests_total" in text
+    assert "plantstore_outbox_pending_deliveries" not in text
