@@ -109,7 +109,12 @@ def child_exit(server, worker):
 
 
 def on_exit(server):
-    """Remove the temporary metrics directory this server start created."""
+    """Remove the temporary metrics directory this server start created.
+
+    Kept when this master handed over to a new one (USR2 upgrade): the new
+    master inherited the directory and removes it when it exits.
+    """
     owned = os.environ.get("GUNICORN_OWNED_METRICS_DIR")
-    if owned and owned == os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if owned and owned == os.environ.get("PROMETHEUS_MULTIPROC_DIR") \
+            and not server.reexec_pid:
         shutil.rmtree(owned, ignore_errors=True)
