@@ -1,7 +1,7 @@
 """The promise: every plant whose create returned 200 reaches every active
 receiver at least once, and no event is sent twice at once. Workers racing
 on one database, leases left by a process that died, a receiver that was
-down, a worker stopped by SIGTERM, and a gunicorn SIGKILLed mid-burst."""
+down, a worker stopped by a signal, and a gunicorn SIGKILLed mid-burst."""
 import datetime
 import itertools
 import json
@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import requests
 
 from conftest import REPO, bearer, free_port
@@ -23,8 +24,6 @@ from plantstore.webhooks import outbox
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.worker import Worker
 from webhook_helpers import Answer, make_receiver, subscribe, verify  # noqa: F401
-
-import pytest
 
 PLANTSTORE = str(Path(sys.executable).with_name("plantstore"))
 FAST = {"WEBHOOK_CONNECT_TIMEOUT": 0.5, "WEBHOOK_READ_TIMEOUT": 0.5,
@@ -142,8 +141,10 @@ def test_worker_once_delivers_what_waited_while_the_receiver_was_down(
     assert Delivery.get().status == Delivery.DELIVERED
 
 
-def test_the_worker_polls_for_due_deliveries_and_stops_cleanly_on_sigterm_after_the_one_under_way(
-        client, runner, alice, database_url, make_receiver):
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT],
+                         ids=["SIGTERM", "SIGINT"])
+def test_the_worker_polls_for_due_deliveries_and_stops_cleanly_on_a_signal_after_the_one_under_way(
+        client, runner, alice, database_url, make_receiver, stop_signal):
     receiver = make_receiver(Answer(500))
     subscribe(runner, receiver.url)
     worker = subprocess.Popen([PLANTSTORE, "worker"], cwd=REPO, stdout=subprocess.PIPE,
@@ -156,7 +157,7 @@ def test_the_worker_polls_for_due_deliveries_and_stops_cleanly_on_sigterm_after_
             else Answer(200, delay=1.0)
         create(client, alice, 1)
         receiver.wait_for(2, timeout=20)  # the worker's attempt, held by the receiver
-        worker.send_signal(signal.SIGTERM)
+        worker.send_signal(stop_signal)
         _, stderr = worker.communicate(timeout=20)
     finally:
         if worker.poll() is None:
