@@ -3,7 +3,9 @@ and the ``{error, message}`` body for every error (not smorest's own)."""
 import json
 from decimal import Decimal
 
+import flask
 import flask_smorest
+import marshmallow as ma
 from flask_smorest import abort
 from webargs import core
 from webargs.flaskparser import FlaskParser, is_json_request
@@ -21,9 +23,58 @@ def _parse_int(text):
     return int(text) if len(text) <= LONGEST_INT_LITERAL else Decimal(text)
 
 
+def _is_schema(argmap):
+    """True for a marshmallow Schema class or instance (not a dict or a callable)."""
+    return isinstance(argmap, ma.Schema) or (
+        isinstance(argmap, type) and issubclass(argmap, ma.Schema))
+
+
 class ArgumentsParser(FlaskParser):
-    """webargs' Flask parser answering 400 when arguments fail validation."""
+    """webargs' Flask parser answering 400 when arguments fail validation.
+
+    Query strings repeat (``?limit=100`` on every request of a client), and
+    loading one through its schema costs more than a page of plants, so the
+    arguments a query string parses to are remembered, per schema, for the
+    most recent ``QUERY_CACHE_SIZE`` query strings. Parsing is a pure
+    function of the query string: a remembered result is the one the schema
+    would make again. Failures are not remembered; they raise each time.
+    """
     DEFAULT_VALIDATION_STATUS = 400
+    QUERY_CACHE_SIZE = 512
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._parsed_queries = {}
+        self._schemas = {}
+
+    def _get_schema(self, argmap, req):
+        """One instance per schema class, made once (webargs makes one per request).
+
+        A marshmallow schema keeps no state between loads, so one instance
+        serves every request and thread.
+        """
+        if isinstance(argmap, type) and issubclass(argmap, ma.Schema):
+            schema = self._schemas.get(argmap)
+            if schema is None:
+                schema = self._schemas[argmap] = argmap()
+            return schema
+        return super()._get_schema(argmap, req)
+
+    def parse(self, argmap, req=None, *, location=None, unknown=core._UNKNOWN_DEFAULT_PARAM,
+              validate=None, **kwargs):
+        """webargs' parse; for a query string seen lately, its remembered arguments."""
+        if location != "query" or validate is not None or not _is_schema(argmap):
+            return super().parse(argmap, req, location=location, unknown=unknown,
+                                 validate=validate, **kwargs)
+        req = req or flask.request
+        key = (argmap, unknown, req.query_string)
+        parsed = self._parsed_queries.get(key)
+        if parsed is None:
+            parsed = super().parse(argmap, req, location=location, unknown=unknown, **kwargs)
+            if len(self._parsed_queries) >= self.QUERY_CACHE_SIZE:
+                self._parsed_queries.clear()
+            self._parsed_queries[key] = parsed
+        return dict(parsed)
 
     def _raw_load_json(self, req):
         """The JSON body, read so that no input can make it fail with a 500.

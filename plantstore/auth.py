@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from flask import current_app, g, request
 
+from .db import Statement
 from .errors import error_response
 from .models import Token, User, utcnow
 
@@ -55,17 +56,26 @@ def revoke_token(token_id):
                 .execute())
 
 
+# Every authenticated request runs this lookup: compiled once (see Statement).
+_TOKEN_BY_DIGEST = Statement(
+    lambda wanted: Token.select(Token.digest, Token.scopes, Token.expires_at,
+                                Token.revoked_at, User.id, User.is_admin)
+    .join(User).where(Token.digest == wanted),
+    "digest")
+_parse_expiry = Token.expires_at.python_value
+
+
 def find_caller(secret):
     """The Caller a presented token stands for, or None if it is not valid now."""
     wanted = digest(secret)
-    row = (Token.select(Token.digest, Token.scopes, Token.expires_at,
-                        Token.revoked_at, User.id, User.is_admin)
-           .join(User).where(Token.digest == wanted).tuples().first())
-    if row is None:
+    rows = _TOKEN_BY_DIGEST.rows(wanted)
+    if not rows:
         return None
-    stored, scopes, expires_at, revoked_at, user_id, is_admin = row
+    stored, scopes, expires_at, revoked_at, user_id, is_admin = rows[0]
     if not hmac.compare_digest(stored, wanted) or revoked_at is not None:
         return None
+    # SQLite hands timestamps back as text; the field reads them as peewee would.
+    expires_at = _parse_expiry(expires_at)
     if expires_at is not None and expires_at <= utcnow():
         return None
     return Caller(user_id, bool(is_admin), frozenset(scopes.split()))

@@ -56,6 +56,49 @@ def database_from_url(url, pool_size=8):
         "use sqlite:///path.db or postgresql://user@host/dbname")
 
 
+class Statement:
+    """A peewee query compiled to SQL once per database, then run with fresh values.
+
+    Compiling a query costs more than SQLite takes to run it, so the hot
+    paths (token lookup, the plant list) keep theirs. ``build`` makes the
+    peewee query from its parameter values; called once with ``example``,
+    it must yield exactly those values as the SQL's parameters, in order,
+    so that later runs can pass their own values in the same places.
+    """
+
+    def __init__(self, build, *example):
+        self._build = build
+        self._example = list(example)
+        self._compiled = None  # (database, sql)
+
+    def sql(self):
+        """The SQL text for the bound database, compiled on first use."""
+        compiled = self._compiled
+        if compiled is None or compiled[0] is not database.obj:
+            sql, params = self._build(*self._example).sql()
+            if list(params) != self._example:
+                raise ValueError(f"statement parameters {params!r} do not "
+                                 f"match the example {self._example!r}")
+            compiled = self._compiled = (database.obj, sql)
+        return compiled[1]
+
+    def rows(self, *values):
+        """Run the statement with ``values``; the driver's raw rows, as tuples.
+
+        Values go to the driver as they are and columns come back as the
+        driver reads them (no peewee field conversion either way).
+        """
+        return self.execute(*values).fetchall()
+
+    def execute(self, *values):
+        """Run the statement with ``values`` as they are; the driver's cursor."""
+        return database.execute_sql(self.sql(), values)
+
+    def models(self, model, *values):
+        """Run the statement; its rows as ``model`` instances, fields converted."""
+        return list(model.raw(self.sql(), *values))
+
+
 def is_sqlite():
     """True when the bound database is SQLite (its locking differs)."""
     return isinstance(database.obj, SqliteDatabase)

@@ -13,6 +13,7 @@ from ..db import database
 from ..errors import ErrorSchema
 from ..models import Plant
 from ..webhooks import dispatch, outbox
+from . import queries
 from .schemas import (INT64_MAX, INT64_MIN, NewPlantSchema, PlantQueryArgsSchema,
                       PlantSchema, plant_json)
 
@@ -53,14 +54,6 @@ def json_body_required(view):
     return checked
 
 
-def _visible_plants():
-    """The plants the caller may see: their own, or all for an admin."""
-    query = Plant.select()
-    if not g.caller.is_admin:
-        query = query.where(Plant.owner == g.caller.user_id)
-    return query
-
-
 @blp.route("/plants", methods=["GET"])
 @require_scope(READ)
 @blp.arguments(PlantQueryArgsSchema, location="query", as_kwargs=True)
@@ -79,10 +72,7 @@ def list_plants(limit=None, after=None):
     elif limit > limit_max:
         abort(400, messages={"query": {"limit": [
             f"Must be less than or equal to {limit_max}."]}})
-    query = _visible_plants().select(Plant.id, Plant.name, Plant.tag)
-    if after is not None:
-        query = query.where(Plant.id > after)
-    rows = list(query.order_by(Plant.id).limit(limit + 1).tuples())
+    rows = queries.page(g.caller, after, limit + 1)
     headers = {}
     if len(rows) > limit:
         rows = rows[:limit]
@@ -106,7 +96,7 @@ def create_plant(new_plant):
     """
     try:
         with database.atomic():
-            plant = Plant.create(owner=g.caller.user_id, **new_plant)
+            plant = queries.insert(g.caller.user_id, **new_plant)
             deliveries = outbox.record_new_plant(plant)
     except IntegrityError:
         abort(409, message=f"A plant with id {new_plant['id']} already exists.")

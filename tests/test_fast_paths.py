@@ -1,0 +1,134 @@
+"""The hot paths' shortcuts answer exactly what the slow, documented way would:
+compiled SQL statements against the peewee queries they were compiled from,
+the remembered query-string arguments against a fresh schema load, and the
+create and list bodies against the marshmallow schema's dump."""
+import datetime
+
+import pytest
+from flask import json
+from peewee import IntegrityError
+from webargs.flaskparser import FlaskParser
+
+from conftest import assert_error, bearer
+from plantstore import db
+from plantstore.api import Blueprint
+from plantstore.auth import find_caller, issue_token
+from plantstore.models import Plant, User, utcnow
+from plantstore.plants import queries
+from plantstore.plants.schemas import PlantQueryArgsSchema, PlantSchema
+
+
+def seed(owner_name, ids, tag=None):
+    """Store plants of ``owner_name`` straight in the database."""
+    with db.database.atomic():
+        owner = User.get(User.name == owner_name)
+        Plant.insert_many([{"id": i, "owner": owner.id, "name": f"plant {i}", "tag": tag}
+                           for i in ids]).execute()
+
+
+def peewee_page(caller, after, limit):
+    """The page ``queries.page`` must return, built the ordinary peewee way."""
+    query = Plant.select(Plant.id, Plant.name, Plant.tag)
+    if not caller.is_admin:
+        query = query.where(Plant.owner == caller.user_id)
+    if after is not None:
+        query = query.where(Plant.id > after)
+    return list(query.order_by(Plant.id).limit(limit).tuples())
+
+
+@pytest.mark.parametrize("after", [None, -(2 ** 63), -5, 3, 10, 2 ** 63 - 1])
+@pytest.mark.parametrize("limit", [1, 4, 50])
+def test_compiled_list_pages_are_the_rows_the_peewee_query_reads(
+        app, alice, bob, admin, after, limit):
+    seed("alice", [-7, -5, 0, 3, 4, 9, 2 ** 62], tag="a")
+    seed("bob", [-6, 1, 5, 10, 11])
+    with app.app_context():
+        callers = [find_caller(token) for token in (alice, bob, admin)]
+        for caller in callers:
+            assert queries.page(caller, after, limit) == peewee_page(caller, after, limit)
+
+
+def test_compiled_insert_stores_what_plant_create_would(app, alice):
+    with app.app_context():
+        owner = User.get(User.name == "alice")
+        before = utcnow()
+        with db.database.atomic():
+            made = queries.insert(owner.id, id=42, name="fern", tag=None)
+        stored = Plant.get_by_id(42)
+    assert (stored.id, stored.owner_id, stored.name, stored.tag) == (42, owner.id, "fern", None)
+    assert (made.id, made.owner_id, made.name, made.tag) == (42, owner.id, "fern", None)
+    assert before <= stored.created_at <= utcnow()
+    assert stored.created_at == made.created_at
+
+
+def test_compiled_insert_of_a_taken_id_raises_integrity_error(app, alice):
+    with app.app_context():
+        owner = User.get(User.name == "alice")
+        queries.insert(owner.id, id=1, name="fern")
+        with pytest.raises(IntegrityError):
+            with db.database.atomic():
+                queries.insert(owner.id, id=1, name="moss")
+
+
+def test_statement_refuses_a_builder_whose_parameters_are_not_the_example(app):
+    swapped = db.Statement(
+        lambda owner, after: Plant.select().where(Plant.id > after, Plant.owner == owner),
+        1, 2)
+    with app.app_context(), pytest.raises(ValueError, match="do not match"):
+        swapped.sql()
+
+
+@pytest.mark.parametrize("expires_in, valid", [
+    (datetime.timedelta(days=1), True),
+    (datetime.timedelta(seconds=30), True),
+    (datetime.timedelta(seconds=-1), False),
+    (datetime.timedelta(days=-400), False),
+])
+def test_token_lookup_reads_the_stored_expiry_as_the_model_does(app, expires_in, valid):
+    with app.app_context(), db.database.atomic():
+        user = User.create(name="carol")
+        row, secret = issue_token(user)
+        row.expires_at = utcnow() + expires_in
+        row.save()
+    with app.app_context():
+        caller = find_caller(secret)
+    assert (caller is not None) == valid
+    if valid:
+        assert caller.user_id == user.id and not caller.is_admin
+
+
+QUERY_STRINGS = ["", "limit=5", "limit=5&after=-3", "after=12", "limit=1000",
+                 "limit=5&unknown=1", "limit=%2B7"]
+BAD_QUERY_STRINGS = ["limit=0", "limit=x", "after=1.5", "limit=1&limit=2",
+                     "after=9223372036854775808"]
+
+
+@pytest.mark.parametrize("query_string", QUERY_STRINGS)
+def test_remembered_query_arguments_are_what_the_schema_loads(app, query_string):
+    parser = Blueprint.ARGUMENTS_PARSER
+    with app.test_request_context(query_string=query_string):
+        expected = FlaskParser().parse(PlantQueryArgsSchema, location="query")
+        first = parser.parse(PlantQueryArgsSchema, location="query")
+        again = parser.parse(PlantQueryArgsSchema, location="query")
+    assert first == again == expected
+    first["limit"] = "changed by a caller"
+    with app.test_request_context(query_string=query_string):
+        assert parser.parse(PlantQueryArgsSchema, location="query") == expected
+
+
+@pytest.mark.parametrize("query_string", BAD_QUERY_STRINGS)
+def test_a_query_string_that_failed_fails_again(client, alice, query_string):
+    path = "/plants?" + query_string
+    first = assert_error(client.get(path, headers=bearer(alice)), 400)
+    again = assert_error(client.get(path, headers=bearer(alice)), 400)
+    assert first == again
+
+
+def test_created_plant_body_is_byte_for_byte_the_schema_dump(app, client, alice):
+    for plant_id, tag in ((1, None), (2, "green"), (3, "")):
+        body = {"id": plant_id, "name": "Фикус \"🌿\"", **({} if tag is None else {"tag": tag})}
+        response = client.post("/plants", json=body, headers=bearer(alice))
+        assert response.status_code == 200
+        with app.app_context():
+            documented = json.dumps(PlantSchema().dump(Plant.get_by_id(plant_id)))
+        assert response.data == documented.encode()
