@@ -6,7 +6,7 @@ PG_TEST_URL ?= postgresql://postgres@127.0.0.1:5432/test
 PLANTSTORE_DATABASE_URL ?= sqlite:///plantstore.db
 export PLANTSTORE_DATABASE_URL
 
-.PHONY: install install-test migrate run test test-sqlite test-postgres smoke smoke-nginx clean
+.PHONY: install install-test migrate run test test-sqlite test-postgres smoke smoke-nginx bench clean
 
 $(BIN)/.installed: setup.py setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -56,5 +56,11 @@ smoke: install
 smoke-nginx: install
 	scripts/smoke_local.sh --nginx
 
+# Throughput and latency under wrk (installed from Debian when missing);
+# BENCH_COMPARE=1 runs the yardsticks of ../shared/bench beside plantstore
+# and writes docs/performance.md. Not part of `make test`. See bench/run.py.
+bench: install
+	$(BIN)/python bench/run.py
+
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	rm -rf $(VENV) .venv-bench *.egg-info .pytest_cache

@@ -1,0 +1,161 @@
+"""The benchmark's report: Markdown tables of medians, ratios and targets."""
+import datetime
+import os
+import platform
+import sqlite3
+
+import load
+import servers
+
+# workload: (least ratio to the ceiling, least ratio to the FastAPI peer)
+TARGETS = {
+    "GET /plants?limit=100": (0.6, 1.0),
+    "GET /plants?limit=10": (0.6, 1.0),
+    "POST /plants": (0.7, 1.0),
+}
+SCALE_TARGET = 1.2      # p50 with 1,000,000 plants / p50 with 1,000
+WEBHOOK_TARGET = 2.0    # p50 of a create with one receiver / with none
+MEMORY_TARGET_MB = 60
+
+
+def _cpu():
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _verdict(ok):
+    return "met" if ok else "**not met**"
+
+
+def machine():
+    """One line naming the machine and software the numbers come from."""
+    worker_class, threads = servers.gunicorn_worker_settings()
+    return (f"{_cpu()}, {os.cpu_count()} cores; Linux {platform.release()}; "
+            f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}; "
+            f"gunicorn worker class `{worker_class}`, {threads} thread(s), "
+            f"{servers.WORKERS} workers; load from wrk -t{load.THREADS} -c{load.CONNECTIONS} "
+            f"on the same machine")
+
+
+def render(results, names, seconds, rounds):
+    """The whole report as Markdown."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    lines = [
+        "# plantstore performance",
+        "",
+        f"Measured by `make bench{' BENCH_COMPARE=1' if len(names) > 1 else ''}` on "
+        f"{now:%Y-%m-%d %H:%M} UTC.",
+        "",
+        f"Machine: {machine()}.",
+        "",
+        f"Every figure is the median of {rounds} runs of {seconds} s; the servers "
+        "ran side by side and their runs alternated, so drift on a shared machine "
+        "hits them alike. Each server: 2 processes, a throwaway SQLite file "
+        "seeded with one user, one token and 5,000 plants.",
+        "",
+    ]
+    lines += _compare_table(results["compare"], names)
+    if "scale" in results:
+        lines += _scale(results["scale"])
+    if "webhook" in results:
+        lines += _webhook(results["webhook"])
+    if "memory" in results:
+        lines += _memory(results["memory"])
+    return "\n".join(lines) + "\n"
+
+
+def _compare_table(table, names):
+    header = "| workload | " + " | ".join(
+        f"{name} req/s | p50 ms | p99 ms" for name in names) + " |"
+    lines = [header, "|---" * (1 + 3 * len(names)) + "|"]
+    for workload, medians in table.items():
+        cells = " | ".join(f"{rps:,.0f} | {p50:.2f} | {p99:.2f}"
+                           for rps, p50, p99 in (medians[n] for n in names))
+        lines.append(f"| `{workload}` | {cells} |")
+    lines.append("")
+    if len(names) == 1:
+        return lines
+    lines += ["Ratios of median req/s (plantstore / yardstick) and the targets:", "",
+              "| workload | vs ceiling | target | | vs FastAPI peer | target | |",
+              "|---|---|---|---|---|---|---|"]
+    for workload, medians in table.items():
+        ours = medians["plantstore"][0]
+        cells = []
+        for yardstick, target in zip(("ceiling", "fastapi-peer"), TARGETS[workload]):
+            if yardstick in medians:
+                ratio = ours / medians[yardstick][0]
+                cells.append(f"{ratio:.2f}x | >= {target}x | {_verdict(ratio >= target)}")
+            else:
+                cells.append(f"- | >= {target}x | not measured")
+        lines.append(f"| `{workload}` | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
+def _scale(scale):
+    (s_rps, s_p50, s_p99), (l_rps, l_p50, l_p99) = scale["small"], scale["large"]
+    ratio = l_p50 / s_p50
+    d_rps, d_p50, d_p99 = scale["deep"]
+    return [
+        "## Listing as the store grows", "",
+        "`GET /plants?limit=100` (the bench user owns every plant):", "",
+        "| plants in the store | req/s | p50 ms | p99 ms |", "|---|---|---|---|",
+        f"| 1,000 | {s_rps:,.0f} | {s_p50:.2f} | {s_p99:.2f} |",
+        f"| 1,000,000 | {l_rps:,.0f} | {l_p50:.2f} | {l_p99:.2f} |",
+        f"| 1,000,000, page after id 900,000 | {d_rps:,.0f} | {d_p50:.2f} | {d_p99:.2f} |",
+        "",
+        f"p50 with 1,000,000 / with 1,000: **{ratio:.2f}x** (target <= {SCALE_TARGET}x: "
+        f"{_verdict(ratio <= SCALE_TARGET)}).", "",
+    ]
+
+
+def _webhook(webhook):
+    (n_rps, n_p50, n_p99), (o_rps, o_p50, o_p99) = webhook["none"], webhook["one"]
+    ratio = o_p50 / n_p50
+    return [
+        "## A create with a webhook receiver", "",
+        "`POST /plants` with no subscription, and with one whose receiver "
+        "(`bench/receiver.py`, on loopback) answers 200 after ~1 ms:", "",
+        "| subscriptions | req/s | p50 ms | p99 ms |", "|---|---|---|---|",
+        f"| none | {n_rps:,.0f} | {n_p50:.2f} | {n_p99:.2f} |",
+        f"| one receiver | {o_rps:,.0f} | {o_p50:.2f} | {o_p99:.2f} |",
+        "",
+        f"p50 with one receiver / with none: **{ratio:.2f}x** (target <= "
+        f"{WEBHOOK_TARGET}x: {_verdict(ratio <= WEBHOOK_TARGET)}). The receiver "
+        f"got {webhook['received']:,} deliveries for {webhook['created_with_receiver']:,} "
+        "creates of the measured runs (its count includes the warm-up).", "",
+    ]
+
+
+def _memory(memory):
+    def mb(kib):
+        return f"{kib / 1024:.1f}"
+    final = memory["final"]
+    half_count, half = memory["half"]
+    rows = []
+    worst = 0.0
+    for pid, kib in final.items():
+        warm = memory["warm"].get(pid)
+        mid = half.get(pid)
+        rows.append(f"| {pid} | {mb(warm) if warm else '-'} | {mb(mid) if mid else '-'} "
+                    f"| {mb(kib)} |")
+        worst = max(worst, kib / 1024)
+    growth = max((final[pid] - half[pid]) / 1024 for pid in final if pid in half) \
+        if any(pid in half for pid in final) else float("nan")
+    return [
+        "## Memory per worker", "",
+        f"VmRSS (/proc/<pid>/status) of each gunicorn worker, after a warm-up, "
+        f"after {half_count:,} and after {memory['requests']:,} requests "
+        "(list of 100, list of 10 and create in turn):", "",
+        f"| worker | warm MB | after {half_count:,} MB | after {memory['requests']:,} MB |",
+        "|---|---|---|---|", *rows, "",
+        f"Largest worker: **{worst:.1f} MB** (target <= {MEMORY_TARGET_MB} MB: "
+        f"{_verdict(worst <= MEMORY_TARGET_MB)}); growth over the second half: "
+        f"{growth:+.1f} MB.", "",
+    ]

@@ -1,0 +1,251 @@
+"""``make bench``: plantstore's throughput and latency under wrk, beside the
+yardsticks of ../shared/bench when BENCH_COMPARE=1, written to a report.
+
+Environment:
+  BENCH_COMPARE=1       also run the bare-WSGI ceiling and the FastAPI peer,
+                        alternating runs, and print ratios of medians
+  BENCH_SECONDS         seconds per wrk run (default 5)
+  BENCH_ROUNDS          runs per workload and server (default 3)
+  BENCH_EXTRAS=0        skip the scale, webhook and memory measurements
+  BENCH_MEMORY_REQUESTS requests before memory is read (default 100000)
+  BENCH_YARDSTICKS      where ceiling.py and peer_fastapi.py are
+                        (default ../shared/bench)
+  BENCH_OUTPUT          the report (default docs/performance.md with
+                        BENCH_COMPARE=1, bench/results/latest.md without)
+"""
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import load
+import report
+import seed
+import servers
+
+REPO = servers.REPO
+VENV_BIN = Path(sys.executable).parent
+BENCH_VENV_BIN = REPO / ".venv-bench" / "bin"
+
+PLANTS = 5000
+WORKLOADS = [
+    ("GET /plants?limit=100", "/plants?limit=100"),
+    ("GET /plants?limit=10", "/plants?limit=10"),
+    ("POST /plants", None),
+]
+POST_WORKLOAD = "POST /plants"
+
+
+def env_int(name, default):
+    return int(os.environ.get(name) or default)
+
+
+class Contender:
+    """A running server with the bearer token that its seeded user holds."""
+
+    def __init__(self, name, server, token):
+        self.name, self.server, self.token = name, server, token
+
+
+class Runner:
+    """Runs wrk against contenders, giving each POST run fresh plant ids."""
+
+    def __init__(self, wrk, seconds):
+        self.wrk, self.seconds = wrk, seconds
+        self.next_ids = 10 ** 12
+
+    def run(self, contender, path, seconds=None):
+        """One wrk run of a workload (``path`` None means POST /plants)."""
+        seconds = seconds or self.seconds
+        if path is None:
+            self.next_ids += 10 ** 9
+            result = load.run(self.wrk, contender.server.url + "/plants", contender.token,
+                              seconds, load.POST_SCRIPT, [self.next_ids])
+        else:
+            result = load.run(self.wrk, contender.server.url + path, contender.token, seconds)
+        if result.errors:
+            raise load.LoadError(f"{contender.name}: {result.errors} failed requests "
+                                 f"(see {contender.server.log_path})")
+        return result
+
+    def alternate(self, contenders, path, rounds):
+        """A B C A B C ...: ``rounds`` runs each, interleaved; {name: [Result]}."""
+        results = {c.name: [] for c in contenders}
+        for _ in range(rounds):
+            for contender in contenders:
+                result = self.run(contender, path)
+                results[contender.name].append(result)
+                print(f"  {contender.name:<14} {result.rps:9.0f} req/s   "
+                      f"p50 {result.p50_ms:6.2f} ms   p99 {result.p99_ms:7.2f} ms", flush=True)
+        return results
+
+
+def median_of(results):
+    """(req/s, p50, p99) medians of a list of Results."""
+    return (statistics.median(r.rps for r in results),
+            statistics.median(r.p50_ms for r in results),
+            statistics.median(r.p99_ms for r in results))
+
+
+def start(server, started):
+    started.append(server)
+    return server.start()
+
+
+def compare(runner, contenders, rounds):
+    """Every workload on every contender, alternating; {workload: {name: medians}}."""
+    for contender in contenders:  # warm up: imports, caches, connection pools
+        runner.run(contender, WORKLOADS[0][1], seconds=1)
+    table = {}
+    for workload, path in WORKLOADS:
+        print(f"{workload}  (wrk -t{load.THREADS} -c{load.CONNECTIONS}, "
+              f"{runner.seconds}s x {rounds} rounds)", flush=True)
+        results = runner.alternate(contenders, path, rounds)
+        table[workload] = {name: median_of(runs) for name, runs in results.items()}
+    return table
+
+
+def measure_scale(runner, workdir, rounds, started):
+    """limit=100 with 1,000,000 plants in the store against 1,000."""
+    contenders = []
+    for plants in (1000, 1_000_000):
+        url = f"sqlite:///{workdir}/scale-{plants}.db"
+        print(f"seeding {plants:,} plants ...", flush=True)
+        token = seed.seed_plantstore(url, plants)
+        server = start(servers.plantstore(url, workdir, VENV_BIN, name=f"plantstore-{plants}"),
+                       started)
+        contenders.append(Contender(f"{plants:,} plants", server, token))
+    print("GET /plants?limit=100 as the store grows", flush=True)
+    for contender in contenders:
+        runner.run(contender, "/plants?limit=100", seconds=1)
+    results = runner.alternate(contenders, "/plants?limit=100", rounds)
+    deep = runner.alternate(contenders[1:], "/plants?limit=100&after=900000", 1)
+    for server in (c.server for c in contenders):
+        server.stop()
+    small, large = (median_of(results[c.name]) for c in contenders)
+    return {"small": small, "large": large, "deep": median_of(deep[contenders[1].name])}
+
+
+def measure_webhook(runner, workdir, rounds, started):
+    """A create with one receiver answering in ~1 ms against a create with none."""
+    port = servers.free_port()
+    receiver = subprocess.Popen([sys.executable, str(Path(__file__).with_name("receiver.py")),
+                                 str(port)], start_new_session=True)
+    try:
+        contenders = []
+        for name, receivers in (("no receiver", 0), ("one receiver", 1)):
+            url = f"sqlite:///{workdir}/webhook-{receivers}.db"
+            token = seed.seed_plantstore(url, PLANTS)
+            if receivers:
+                subprocess.run([str(VENV_BIN / "plantstore"), "webhooks", "add",
+                                f"http://127.0.0.1:{port}/hook"],
+                               env={**os.environ, "PLANTSTORE_DATABASE_URL": url},
+                               check=True, capture_output=True)
+            server = start(servers.plantstore(url, workdir, VENV_BIN,
+                                              name=f"plantstore-webhook-{receivers}"), started)
+            contenders.append(Contender(name, server, token))
+        print("POST /plants with and without a webhook receiver", flush=True)
+        for contender in contenders:
+            runner.run(contender, None, seconds=1)
+        results = runner.alternate(contenders, None, rounds)
+        for server in (c.server for c in contenders):
+            server.stop()
+        received = int(subprocess.run(["curl", "-s", f"http://127.0.0.1:{port}/"],
+                                      capture_output=True, text=True).stdout or 0)
+    finally:
+        receiver.terminate()
+        receiver.wait()
+    created = sum(r.requests for r in results["one receiver"])
+    return {"none": median_of(results["no receiver"]),
+            "one": median_of(results["one receiver"]),
+            "received": received, "created_with_receiver": created}
+
+
+def measure_memory(runner, workdir, total, started):
+    """VmRSS of each worker after warm-up and after ``total`` requests."""
+    url = f"sqlite:///{workdir}/memory.db"
+    token = seed.seed_plantstore(url, PLANTS)
+    server = start(servers.plantstore(url, workdir, VENV_BIN, name="plantstore-memory"), started)
+    contender = Contender("plantstore", server, token)
+    print(f"memory: {total:,} requests (list 100, list 10, create in turn)", flush=True)
+    done = 0
+    for path in (p for _, p in WORKLOADS):
+        done += runner.run(contender, path, seconds=1).requests
+    warm = server.worker_rss_kib()
+    samples = [(done, warm)]
+    while done < total:
+        for _, path in WORKLOADS:
+            done += runner.run(contender, path).requests
+        samples.append((done, server.worker_rss_kib()))
+        print(f"  {done:>8,} requests   VmRSS " + ", ".join(
+            f"{kib / 1024:.1f} MB" for kib in samples[-1][1].values()), flush=True)
+    server.stop()
+    half = next(s for s in samples if s[0] >= total / 2)
+    return {"requests": done, "warm": warm, "half": half, "final": samples[-1][1]}
+
+
+def main():
+    compare_yardsticks = os.environ.get("BENCH_COMPARE") == "1"
+    extras = os.environ.get("BENCH_EXTRAS", "1") != "0"
+    seconds = env_int("BENCH_SECONDS", 5)
+    rounds = env_int("BENCH_ROUNDS", 3)
+    yardsticks = Path(os.environ.get("BENCH_YARDSTICKS") or REPO.parent / "shared" / "bench")
+    output = Path(os.environ.get("BENCH_OUTPUT") or REPO / (
+        "docs/performance.md" if compare_yardsticks else "bench/results/latest.md"))
+    runner = Runner(load.ensure_wrk(), seconds)
+    workdir = Path(tempfile.mkdtemp(prefix="plantstore-bench-"))
+    print(f"working in {workdir}", flush=True)
+    started = []
+    try:
+        url = f"sqlite:///{workdir}/plantstore.db"
+        contenders = [Contender("plantstore", start(
+            servers.plantstore(url, workdir, VENV_BIN), started),
+            seed.seed_plantstore(url, PLANTS))]
+        if compare_yardsticks:
+            contenders += start_yardsticks(yardsticks, workdir, started)
+        results = {"compare": compare(runner, contenders, rounds)}
+        for contender in contenders:
+            contender.server.stop()
+        if extras:
+            results["scale"] = measure_scale(runner, workdir, rounds, started)
+            if (REPO / "plantstore" / "webhooks" / "sender.py").exists():
+                results["webhook"] = measure_webhook(runner, workdir, rounds, started)
+            results["memory"] = measure_memory(
+                runner, workdir, env_int("BENCH_MEMORY_REQUESTS", 100_000), started)
+    finally:
+        for server in started:
+            server.stop()
+    text = report.render(results, [c.name for c in contenders], seconds, rounds)
+    print(text)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+    print(f"written to {output.relative_to(REPO) if output.is_relative_to(REPO) else output}")
+
+
+def start_yardsticks(yardsticks, workdir, started):
+    """The ceiling and the FastAPI peer, each on its own seeded SQLite file."""
+    if not (yardsticks / "ceiling.py").exists():
+        print(f"no yardsticks in {yardsticks}: plantstore alone", flush=True)
+        return []
+    contenders = []
+    ceiling_db = workdir / "ceiling.db"
+    token = seed.seed_yardstick(yardsticks / "ceiling.py", ceiling_db, PLANTS)
+    contenders.append(Contender("ceiling", start(
+        servers.ceiling(yardsticks, ceiling_db, workdir, VENV_BIN), started), token))
+    if not (BENCH_VENV_BIN / "uvicorn").exists():
+        print("installing fastapi and uvicorn[standard] into .venv-bench", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV_BIN.parent)], check=True)
+        subprocess.run([str(BENCH_VENV_BIN / "pip"), "install", "-q", "fastapi",
+                        "uvicorn[standard]"], check=True)
+    peer_db = workdir / "peer.db"
+    token = seed.seed_yardstick(yardsticks / "ceiling.py", peer_db, PLANTS)
+    contenders.append(Contender("fastapi-peer", start(
+        servers.peer(yardsticks, peer_db, workdir, BENCH_VENV_BIN), started), token))
+    return contenders
+
+
+if __name__ == "__main__":
+    main()

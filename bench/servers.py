@@ -1,0 +1,146 @@
+"""The servers a benchmark drives: plantstore under its own gunicorn config,
+and the yardsticks (bare-WSGI ceiling, FastAPI peer), each a process group
+on a free loopback port whose workers can be found and measured."""
+import os
+import runpy
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+GUNICORN_CONF = REPO / "config" / "gunicorn.conf.py"
+WORKERS = 2
+
+
+def free_port():
+    """A TCP port on loopback that nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def gunicorn_worker_settings():
+    """(worker_class, threads) that config/gunicorn.conf.py chooses."""
+    conf = runpy.run_path(str(GUNICORN_CONF))
+    return conf.get("worker_class", "sync"), int(conf.get("threads", 1))
+
+
+class Server:
+    """One server process group, its log file, its port and its workers."""
+
+    def __init__(self, name, argv, env, cwd, log_dir, probe_path="/plants", workers=WORKERS):
+        self.name = name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.argv = [arg.format(port=self.port) for arg in argv]
+        self.env = {**os.environ, **env, "PORT": str(self.port)}
+        self.cwd = cwd
+        self.log_path = Path(log_dir) / f"{name}.log"
+        self.probe_path = probe_path
+        self.workers = workers
+        self.process = None
+
+    def start(self, seconds=60):
+        """Start the server and wait until every worker is up and it answers."""
+        self.log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env,
+                                        stdout=self.log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited; see {self.log_path}")
+            if len(self.worker_pids()) >= self.workers and self._answers():
+                return self
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name} did not come up in {seconds}s; see {self.log_path}")
+
+    def _answers(self):
+        try:
+            urllib.request.urlopen(self.url + self.probe_path, timeout=2)
+        except urllib.error.HTTPError:
+            return True  # an answer (401 without a token) is an answer
+        except OSError:
+            return False
+        return True
+
+    def worker_pids(self):
+        """The pids of the serving worker processes (children of the master)."""
+        try:
+            children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text()
+        except OSError:
+            return []
+        pids = [int(pid) for pid in children.split()]
+        # uvicorn's supervisor starts a resource tracker besides its workers.
+        return [pid for pid in pids if b"resource_tracker" not in _cmdline(pid)]
+
+    def worker_rss_kib(self):
+        """{pid: VmRSS in KiB} of each worker."""
+        return {pid: rss for pid in self.worker_pids() if (rss := vm_rss_kib(pid)) is not None}
+
+    def stop(self):
+        """Stop the whole process group, gracefully first."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.log.close()
+
+
+def _cmdline(pid):
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def vm_rss_kib(pid):
+    """Resident set size of ``pid`` in KiB, from /proc/<pid>/status."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def plantstore(database_url, log_dir, venv_bin, name="plantstore", env=None):
+    """plantstore under gunicorn with the project's own config."""
+    return Server(
+        name,
+        [str(venv_bin / "gunicorn"), "-c", str(GUNICORN_CONF), "wsgi:app"],
+        {"PLANTSTORE_DATABASE_URL": database_url, "WEB_CONCURRENCY": str(WORKERS),
+         **(env or {})},
+        REPO, log_dir)
+
+
+def ceiling(yardsticks, database_path, log_dir, venv_bin):
+    """ceiling.py under gunicorn: as many workers, the same worker class.
+
+    One thread per worker: ceiling.py shares one SQLite connection per
+    process, which concurrent threads would trip over.
+    """
+    worker_class, _ = gunicorn_worker_settings()
+    return Server(
+        "ceiling",
+        [str(venv_bin / "gunicorn"), "-w", str(WORKERS), "-k", worker_class,
+         "--threads", "1", "-b", "127.0.0.1:{port}", "ceiling:app"],
+        {"CEILING_DB": str(database_path)}, yardsticks, log_dir)
+
+
+def peer(yardsticks, database_path, log_dir, bench_venv_bin):
+    """peer_fastapi.py under uvicorn with as many worker processes."""
+    return Server(
+        "fastapi-peer",
+        [str(bench_venv_bin / "uvicorn"), "--workers", str(WORKERS), "--host", "127.0.0.1",
+         "--port", "{port}", "peer_fastapi:app"],
+        {"CEILING_DB": str(database_path)}, yardsticks, log_dir)
