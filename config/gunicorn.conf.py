@@ -111,10 +111,9 @@ def child_exit(server, worker):
 def on_exit(server):
     """Remove the temporary metrics directory this server start created.
 
-    Kept when this master handed over to a new one (USR2 upgrade): the new
-    master inherited the directory and removes it when it exits.
+    A master started by a USR2 upgrade gets the original environment, so it
+    makes (and later removes) its own directory: this one is nobody else's.
     """
     owned = os.environ.get("GUNICORN_OWNED_METRICS_DIR")
-    if owned and owned == os.environ.get("PROMETHEUS_MULTIPROC_DIR") \
-            and not server.reexec_pid:
+    if owned and owned == os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         shutil.rmtree(owned, ignore_errors=True)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -19,12 +20,15 @@ pytestmark = pytest.mark.slow
 
 
 class SplitGunicorn(Gunicorn):
-    """A Gunicorn whose stdout and stderr are kept apart."""
+    """A Gunicorn whose stdout and stderr are kept apart, started as operators
+    do, by its console script (``python -m gunicorn`` cannot re-exec itself
+    on USR2: its package directory would shadow the standard library)."""
 
     def start(self):
         self.stdout = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "wsgi:app"],
+            [str(Path(sys.executable).with_name("gunicorn")),
+             "-c", "config/gunicorn.conf.py", "wsgi:app"],
             cwd=REPO, env=self.env, stdout=self.stdout, stderr=self.log,
             start_new_session=True)
         wait_until_up(self.url + "/healthz", self.process)
@@ -217,3 +221,63 @@ def test_forwarded_headers_of_one_trusted_proxy_are_used(split_gunicorn, alice):
     line = wait_for_line(server, lambda entry: entry.get("request_id") == "trusted")
     assert line["remote_addr"] == "203.0.113.9"
     assert line["scheme"] == "https"
+
+
+def _gone(pid):
+    """True once ``pid`` has exited (a zombie counts: nobody here reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _until(condition, seconds=20):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def _listening_pids(server):
+    """The pids of the gunicorn masters that logged "Listening at"."""
+    return [entry["pid"] for entry in map(json.loads, server.stderr_lines())
+            if entry["message"].startswith("Listening at:")]
+
+
+def _new_master_booted_a_worker(server):
+    """Whether a second master listens and has booted a worker since."""
+    entries = [json.loads(line) for line in server.stderr_lines()]
+    listens = [index for index, entry in enumerate(entries)
+               if entry["message"].startswith("Listening at:")]
+    return len(listens) == 2 and any(entry["message"].startswith("Booting worker")
+                                     for entry in entries[listens[1]:])
+
+
+def test_usr2_upgrade_keeps_serving_and_counting_and_cleans_up(split_gunicorn, tmp_path,
+                                                              alice):
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    server = split_gunicorn(workers=1, env={"TMPDIR": str(private_tmp),
+                                            "PROMETHEUS_MULTIPROC_DIR": ""})
+    (old_dir,) = private_tmp.glob("plantstore-metrics-*")
+    server.process.send_signal(signal.SIGUSR2)
+    _until(lambda: _new_master_booted_a_worker(server))
+    new_master = _listening_pids(server)[1]
+    try:
+        server.process.send_signal(signal.SIGTERM)  # the old master hands over
+        server.process.wait(timeout=30)
+        assert server.process.returncode == 0
+        assert not old_dir.exists()
+        (new_dir,) = private_tmp.glob("plantstore-metrics-*")
+
+        for _ in range(3):
+            assert requests.get(server.url + "/plants", headers=bearer(alice),
+                                timeout=10).status_code == 200
+        scrape = requests.get(server.url + "/metrics", timeout=10).text
+        assert 'plantstore_http_requests_total{method="GET",route="/plants",status="200"} 3.0' \
+            in scrape
+    finally:
+        os.kill(new_master, signal.SIGTERM)
+        _until(lambda: _gone(new_master))
+    assert not new_dir.exists()
