@@ -96,7 +96,13 @@ class Statement:
 
     def models(self, model, *values):
         """Run the statement; its rows as ``model`` instances, fields converted."""
-        return list(model.raw(self.sql(), *values))
+        cursor = self.execute(*values)
+        rows = cursor.fetchall()
+        if not rows:
+            return []
+        fields = [model._meta.columns[column[0]] for column in cursor.description]
+        return [model(**{field.name: field.python_value(value)
+                         for field, value in zip(fields, row)}) for row in rows]
 
 
 def is_sqlite():

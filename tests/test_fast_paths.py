@@ -13,9 +13,10 @@ from conftest import assert_error, bearer
 from plantstore import db
 from plantstore.api import Blueprint
 from plantstore.auth import find_caller, issue_token
-from plantstore.models import Plant, User, utcnow
+from plantstore.models import Plant, Subscription, User, utcnow
 from plantstore.plants import queries
 from plantstore.plants.schemas import PlantQueryArgsSchema, PlantSchema
+from plantstore.webhooks.outbox import _ACTIVE_SUBSCRIPTIONS
 
 
 def seed(owner_name, ids, tag=None):
@@ -132,3 +133,20 @@ def test_created_plant_body_is_byte_for_byte_the_schema_dump(app, client, alice)
         with app.app_context():
             documented = json.dumps(PlantSchema().dump(Plant.get_by_id(plant_id)))
         assert response.data == documented.encode()
+
+
+def test_compiled_subscription_lookup_gives_the_models_peewee_would(app):
+    with app.app_context():
+        assert _ACTIVE_SUBSCRIPTIONS.models(Subscription, True) == []
+        with db.database.atomic():
+            Subscription.create(url="http://127.0.0.1:1/a", secret="whsec_a",
+                                previous_secret="whsec_old",
+                                previous_secret_expires_at=utcnow())
+            Subscription.create(url="http://127.0.0.1:1/b", secret="whsec_b",
+                                is_active=False, disabled_reason="410")
+            Subscription.create(url="http://127.0.0.1:1/c", secret="whsec_c",
+                                bearer_token="t")
+        compiled = _ACTIVE_SUBSCRIPTIONS.models(Subscription, True)
+        expected = list(Subscription.select().where(Subscription.is_active == True))  # noqa: E712
+    assert [s.__data__ for s in compiled] == [s.__data__ for s in expected]
+    assert len(compiled) == 2
