@@ -85,6 +85,7 @@ def init_request_ids(app):
 
 
 def _utc_timestamp(created):
+    """A record's creation time as ISO 8601 UTC with milliseconds."""
     return datetime.datetime.fromtimestamp(created, datetime.timezone.utc) \
         .isoformat(timespec="milliseconds").replace("+00:00", "Z")
 

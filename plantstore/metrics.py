@@ -54,6 +54,7 @@ def count_delivery(outcome):
 
 
 def _observe(route, method, status, seconds):
+    """Count one answered request and record its latency."""
     counter = _request_counters.get((route, method, status))
     if counter is None:
         counter = _request_counters.setdefault(

@@ -22,6 +22,7 @@ class Receiver(BaseHTTPRequestHandler):
     out_path = None
 
     def do_POST(self):
+        """Record the request, answer 204 No Content."""
         length = min(int(self.headers.get("Content-Length") or 0), MAX_BODY)
         body = self.rfile.read(length).decode("utf-8", "replace")
         entry = {"path": self.path, "headers": dict(self.headers.items()), "body": body}
@@ -35,6 +36,7 @@ class Receiver(BaseHTTPRequestHandler):
 
 
 def main():
+    """Parse the arguments, announce the port, serve until killed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
     parser.add_argument("port_file")

@@ -35,10 +35,12 @@ class SplitGunicorn(Gunicorn):
         return self
 
     def stdout_lines(self):
+        """What gunicorn wrote on stdout, line by line."""
         self.stdout.seek(0)
         return self.stdout.read().decode().splitlines()
 
     def stderr_lines(self):
+        """What gunicorn wrote on stderr, line by line."""
         return self.output().splitlines()
 
 
@@ -57,6 +59,7 @@ def split_gunicorn(app, database_url):
 
 
 def access_lines(server):
+    """The JSON access lines gunicorn wrote on stdout so far."""
     return [json.loads(line) for line in server.stdout_lines()
             if json.loads(line)["logger"] == "gunicorn.access"]
 
@@ -192,6 +195,7 @@ SPOOF = {"X-Forwarded-For": "203.0.113.9", "X-Forwarded-Proto": "https",
 
 
 def _create_three(server, token):
+    """Create plants 1, 2 and 3 through ``server``."""
     for plant_id in (1, 2, 3):
         response = requests.post(server.url + "/plants", headers=bearer(token),
                                  json={"id": plant_id, "name": f"p{plant_id}"}, timeout=5)
@@ -233,6 +237,7 @@ def _gone(pid):
 
 
 def _until(condition, seconds=20):
+    """Poll ``condition`` until it is true; fail after ``seconds``."""
     deadline = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < deadline, "timed out"

@@ -69,12 +69,15 @@ def test_docs_page_renders_the_api_and_try_it_out_creates_and_lists(
     wait = WebDriverWait(browser, WAIT_SECONDS)
 
     def find(css):
+        """The visible element ``css`` selects, once it shows."""
         return wait.until(seen.visibility_of_element_located((By.CSS_SELECTOR, css)))
 
     def click(css):
+        """Click the element ``css`` selects, once it is clickable."""
         wait.until(seen.element_to_be_clickable((By.CSS_SELECTOR, css))).click()
 
     def response_status(operation):
+        """The status code Swagger UI shows for the call it made."""
         css = f"{operation} .live-responses-table tr.response .response-col_status"
         wait.until(lambda _: browser.find_elements(By.CSS_SELECTOR, css)
                    and browser.find_element(By.CSS_SELECTOR, css).text.strip())

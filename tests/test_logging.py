@@ -47,6 +47,7 @@ def json_log(app):
 
 def test_an_application_log_line_is_json_with_the_request_id(app, json_log):
     def explode():
+        """A view with a bug."""
         raise RuntimeError("database melted")
     app.add_url_rule("/explode", view_func=explode)
     response = app.test_client().get("/explode", headers={"X-Request-ID": "boom-1"})

@@ -27,6 +27,7 @@ def sample(text, name, **labels):
 
 
 def scrape(client):
+    """The /metrics text, through the app's test client."""
     response = client.get("/metrics")
     assert response.status_code == 200
     return response.get_data(as_text=True)
@@ -51,6 +52,7 @@ def test_requests_are_counted_by_route_template_method_and_status(client, alice)
     after = scrape(client)
 
     def grew(route, method, status):
+        """How much the request counter of these labels grew."""
         name = "plantstore_http_requests_total"
         labels = {"route": route, "method": method, "status": str(status)}
         return sample(after, name, **labels) - sample(before, name, **labels)
@@ -101,6 +103,7 @@ def test_counts_are_exact_across_gunicorn_workers(gunicorn_server, alice):
     requests_sent = 40
 
     def list_plants(_):
+        """One GET /plants; its status."""
         return requests.get(server.url + "/plants", headers=bearer(alice), timeout=10).status_code
     with ThreadPoolExecutor(max_workers=6) as pool:
         assert set(pool.map(list_plants, range(requests_sent))) == {200}
