@@ -60,6 +60,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         receiver = self.server.receiver
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        if len(body) < length:  # the sender died mid-request: nothing was delivered
+            self.close_connection = True
+            return
         received = Received(self.command, self.path,
                             {k.lower(): v for k, v in self.headers.items()},
                             body, time.monotonic(), self.client_address[1])

@@ -21,9 +21,18 @@ def new_plant_payload(plant):
     return json.dumps(body)
 
 
-# Every create runs this query: compiled once (see db.Statement).
+# Every create runs these: compiled once (see db.Statement).
 _ACTIVE_SUBSCRIPTIONS = Statement(
     lambda active: Subscription.select().where(Subscription.is_active == active), True)
+_INSERT_DELIVERY = Statement(
+    lambda subscription, message_id, event_type, payload, status, attempts,
+    next_attempt_at, locked_until, created_at: Delivery.insert(
+        subscription=subscription, message_id=message_id, event_type=event_type,
+        payload=payload, status=status, attempts=attempts,
+        next_attempt_at=next_attempt_at, locked_until=locked_until,
+        created_at=created_at).returning(Delivery.id),
+    -1, "msg_example", "event", "{}", "status", -2, datetime.datetime(2000, 1, 1),
+    datetime.datetime(2000, 1, 2), datetime.datetime(2000, 1, 3))
 
 
 def record_new_plant(plant):
@@ -43,14 +52,13 @@ def record_new_plant(plant):
     leased_until = now + datetime.timedelta(
         seconds=settings_of(current_app).lease_seconds)
     payload = new_plant_payload(plant)
-    rows = [{"subscription": subscription.id, "message_id": f"msg_{uuid.uuid4().hex}",
-             "event_type": NEW_PLANT_EVENT, "payload": payload,
-             "next_attempt_at": now, "locked_until": leased_until}
-            for subscription in subscriptions]
-    # RETURNING gives no row order on SQLite: match ids by webhook-id.
-    ids = dict(Delivery.insert_many(rows)
-               .returning(Delivery.message_id, Delivery.id).tuples().execute())
-    return [job_for(Delivery(id=ids[row["message_id"]], message_id=row["message_id"],
-                             payload=payload, attempts=0),
-                    subscription, leased_until, now)
-            for row, subscription in zip(rows, subscriptions)]
+    jobs = []
+    for subscription in subscriptions:
+        message_id = f"msg_{uuid.uuid4().hex}"
+        [(delivery_id,)] = _INSERT_DELIVERY.rows(
+            subscription.id, message_id, NEW_PLANT_EVENT, payload, Delivery.PENDING, 0,
+            now, leased_until, now)
+        delivery = Delivery(id=delivery_id, message_id=message_id, payload=payload,
+                            attempts=0)
+        jobs.append(job_for(delivery, subscription, leased_until, now))
+    return jobs

@@ -11,7 +11,9 @@ import logging
 import random
 
 from .. import metrics
-from ..db import database, is_sqlite
+from peewee import SQL
+
+from ..db import Statement, database, is_sqlite
 from ..models import Attempt, Delivery, Subscription, utcnow
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,60 @@ def decide(attempts_made, result, settings, now):
     return Outcome(RETRY, now + datetime.timedelta(seconds=delay))
 
 
+# Every attempt writes one of these: compiled once (see db.Statement). Each
+# UPDATE ends with the lease fence, WHERE id = ? AND locked_until = ?; the
+# example values follow the SQL's column order (the model's field order).
+_T1, _T2 = datetime.datetime(2000, 1, 1), datetime.datetime(2000, 1, 2)
+NULL = SQL("NULL")
+
+
+def _fenced_update(changes, *example):
+    """A compiled UPDATE of one delivery, writing ``changes(*values)`` and
+    releasing the lease, but only while the sender's lease holds (the
+    delivery id and that lease are its two last values)."""
+    return Statement(
+        lambda *values: Delivery.update({**changes(*values[:-2]), Delivery.locked_until: NULL})
+        .where(Delivery.id == values[-2], Delivery.locked_until == values[-1]),
+        *example, -1, _T2)
+
+
+_MARK_DELIVERED = _fenced_update(
+    lambda status, attempts, delivered_at: {
+        Delivery.status: status, Delivery.attempts: attempts, Delivery.last_error: NULL,
+        Delivery.delivered_at: delivered_at},
+    "status", -2, _T1)
+_MARK_RETRY = _fenced_update(
+    lambda attempts, next_attempt_at, last_error: {
+        Delivery.attempts: attempts, Delivery.next_attempt_at: next_attempt_at,
+        Delivery.last_error: last_error},
+    -2, _T1, "error")
+_MARK_FAILED = _fenced_update(
+    lambda status, attempts, last_error: {
+        Delivery.status: status, Delivery.attempts: attempts,
+        Delivery.last_error: last_error},
+    "status", -2, "error")
+_LOG_ATTEMPT = Statement(
+    lambda delivery, started_at, status_code, error, duration_ms: Attempt.insert(
+        delivery=delivery, started_at=started_at, status_code=status_code, error=error,
+        duration_ms=duration_ms),
+    -1, _T1, -2, "error", -3)
+
+
+def _write(job, outcome, result, now):
+    """The fenced UPDATE moving the delivery on; True if the lease still held."""
+    attempts = job.attempts + 1
+    if outcome.kind == DELIVERED:
+        cursor = _MARK_DELIVERED.execute(Delivery.DELIVERED, attempts, now,
+                                         job.delivery_id, job.leased_until)
+    elif outcome.kind == RETRY:
+        cursor = _MARK_RETRY.execute(attempts, outcome.next_attempt_at, result.summary(),
+                                     job.delivery_id, job.leased_until)
+    else:
+        cursor = _MARK_FAILED.execute(Delivery.FAILED, attempts, result.summary(),
+                                      job.delivery_id, job.leased_until)
+    return cursor.rowcount == 1
+
+
 def record_outcome(job, result, settings):
     """Decide what ``result`` means for ``job``'s delivery and write it down.
 
@@ -71,34 +127,20 @@ def record_outcome(job, result, settings):
     delivery belongs to another sender now, which writes its own outcome).
     """
     now = utcnow()
-    attempts_made = job.attempts + 1
-    outcome = decide(attempts_made, result, settings, now)
-    changes = {Delivery.attempts: attempts_made, Delivery.locked_until: None,
-               Delivery.last_error: None if result.ok else result.summary()}
-    if outcome.kind == DELIVERED:
-        changes.update({Delivery.status: Delivery.DELIVERED, Delivery.delivered_at: now})
-    elif outcome.kind == RETRY:
-        changes[Delivery.next_attempt_at] = outcome.next_attempt_at
-    else:
-        changes[Delivery.status] = Delivery.FAILED
+    outcome = decide(job.attempts + 1, result, settings, now)
     with database.connection_context(), database.atomic():
         if not is_sqlite():
             # An outcome lost in a crash costs one more send of an event that
             # is still leased and pending, which at-least-once allows, so
             # this commit does not wait for the disk flush.
             database.execute_sql("SET LOCAL synchronous_commit TO OFF")
-        still_ours = (Delivery.update(changes)
-                      .where(Delivery.id == job.delivery_id,
-                             Delivery.locked_until == job.leased_until)
-                      .execute())
-        if not still_ours:
+        if not _write(job, outcome, result, now):
             log.warning("delivery %s: lease lost before the outcome (%s) was "
                         "written; another sender owns it", job.delivery_id,
                         result.summary() or "delivered")
             return None
-        Attempt.insert(delivery=job.delivery_id, started_at=result.started_at,
-                       status_code=result.status_code, error=result.error,
-                       duration_ms=result.duration_ms).execute()
+        _LOG_ATTEMPT.execute(job.delivery_id, result.started_at, result.status_code,
+                             result.error, result.duration_ms)
         if outcome.kind == GONE:
             disable_subscription(job.subscription_id,
                                  f"the receiver answered 410 Gone on {now:%Y-%m-%d %H:%M:%S} UTC")
