@@ -204,3 +204,12 @@ def test_the_attempt_log_keeps_time_status_and_duration(client, runner, alice, m
     assert before - datetime.timedelta(seconds=1) <= attempt.started_at
     delivery = Delivery.get()
     assert delivery.status == Delivery.DELIVERED and delivery.delivered_at is not None
+
+
+def test_a_cookie_set_by_a_receiver_is_never_sent_back(client, runner, alice, make_receiver):
+    receiver = make_receiver(Answer(200, headers={"Set-Cookie": "tracker=1; Path=/"}))
+    subscribe(runner, receiver.url)
+    for plant_id in (1, 2):
+        create(client, alice, id=plant_id, name="fern")
+        wait_for_attempts(plant_id)
+    assert [got.headers.get("cookie") for got in receiver.wait_for(2)] == [None, None]

@@ -5,11 +5,13 @@ at their sum even if a receiver trickles its answer, redirects never
 followed (a 3xx is an answer like any other non-2xx), and at most
 ``max_response_bytes`` of the response read. Each thread keeps one
 ``requests.Session`` so consecutive deliveries to a receiver reuse its
-keep-alive connection.
+keep-alive connection. Requests are built from a per-URL template whose URL
+is parsed once, and carry no cookies: a receiver cannot plant any.
 """
 import dataclasses
 import datetime
 import email.utils
+import functools
 import threading
 import time
 
@@ -58,6 +60,20 @@ def session():
         current.trust_env = False
         _local.session = current
     return current
+
+
+@functools.lru_cache(maxsize=256)
+def _template(url):
+    """A POST to ``url`` with the URL already parsed and checked (copy it)."""
+    return requests.Request("POST", url).prepare()
+
+
+def _prepared(url, headers, body):
+    """The request of one attempt: the URL's template with these headers and body."""
+    prepared = _template(url).copy()
+    prepared.prepare_headers(headers)
+    prepared.prepare_body(body, None)
+    return prepared
 
 
 def parse_retry_after(value, now=None):
@@ -113,8 +129,8 @@ def send(job, settings):
         return int((time.monotonic() - clock) * 1000)
 
     try:
-        response = session().post(
-            job.url, data=job.payload.encode("utf-8"), headers=headers,
+        response = session().send(
+            _prepared(job.url, headers, job.payload.encode("utf-8")),
             timeout=(settings.connect_timeout, settings.read_timeout),
             allow_redirects=False, stream=True)
         try:
