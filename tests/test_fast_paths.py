@@ -3,10 +3,12 @@ compiled SQL statements against the peewee queries they were compiled from,
 the remembered query-string arguments against a fresh schema load, and the
 create and list bodies against the marshmallow schema's dump."""
 import datetime
+import threading
+import time
 
 import pytest
 from flask import json
-from peewee import IntegrityError
+from peewee import IntegrityError, OperationalError
 from webargs.flaskparser import FlaskParser
 
 from conftest import assert_error, bearer
@@ -150,3 +152,74 @@ def test_compiled_subscription_lookup_gives_the_models_peewee_would(app):
         expected = list(Subscription.select().where(Subscription.is_active == True))  # noqa: E712
     assert [s.__data__ for s in compiled] == [s.__data__ for s in expected]
     assert len(compiled) == 2
+
+
+@pytest.fixture
+def sqlite_file(tmp_path):
+    """A SQLite database as the service opens one, with a table of ids."""
+    database = db.database_from_url(f"sqlite:///{tmp_path / 'turns.db'}")
+    database.execute_sql("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+    database.close()
+    yield database
+    database.close_all()
+
+
+def in_thread(target):
+    """Run ``target`` in another thread and wait for it; its exception, if any."""
+    outcome = []
+
+    def run():
+        try:
+            target()
+        except Exception as error:  # handed back to the test
+            outcome.append(error)
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    return outcome[0] if outcome else None
+
+
+def test_a_failed_sqlite_transaction_ends_its_turn(sqlite_file):
+    with pytest.raises(IntegrityError):
+        with sqlite_file.atomic():
+            sqlite_file.execute_sql("INSERT INTO t VALUES (1)")
+            sqlite_file.execute_sql("INSERT INTO t VALUES (1)")
+
+    def write_next():
+        with sqlite_file.connection_context(), sqlite_file.atomic():
+            sqlite_file.execute_sql("INSERT INTO t VALUES (2)")
+    sqlite_file._wait_seconds = 1
+    assert in_thread(write_next) is None
+    assert sqlite_file.execute_sql("SELECT id FROM t").fetchall() == [(2,)]
+
+
+def test_a_sqlite_writer_waits_its_turn_no_longer_than_the_busy_timeout(sqlite_file):
+    sqlite_file._wait_seconds = 0.2
+
+    def write():
+        with sqlite_file.connection_context(), sqlite_file.atomic():
+            sqlite_file.execute_sql("INSERT INTO t VALUES (3)")
+    with sqlite_file.atomic():
+        sqlite_file.execute_sql("INSERT INTO t VALUES (1)")
+        started = time.monotonic()
+        error = in_thread(write)
+        waited = time.monotonic() - started
+    assert isinstance(error, OperationalError) and "locked" in str(error)
+    assert 0.15 < waited < 5
+    assert in_thread(write) is None
+
+
+def test_concurrent_sqlite_writers_of_one_process_all_commit(sqlite_file):
+    def write(first):
+        with sqlite_file.connection_context():
+            for plant_id in range(first, first + 25):
+                with sqlite_file.atomic():
+                    sqlite_file.execute_sql("INSERT INTO t VALUES (?)", (plant_id,))
+    threads = [threading.Thread(target=write, args=(n * 100,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    count, = sqlite_file.execute_sql("SELECT count(*) FROM t").fetchone()
+    assert count == 150
