@@ -46,7 +46,7 @@ def _ms(text):
 
 def parse(output):
     """A Result from wrk --latency output."""
-    percentiles = dict(re.findall(r"^\s+(50|99)(?:\.000)?%\s+(\S+)$", output, re.M))
+    percentiles = dict(re.findall(r"^\s+(50|99)(?:\.000)?%\s+(\S+)\s*$", output, re.M))
     requests = int(re.search(r"^\s+(\d+) requests in", output, re.M).group(1))
     errors = 0
     for pattern in (r"Non-2xx or 3xx responses: (\d+)",
