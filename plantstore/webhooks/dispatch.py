@@ -1,11 +1,11 @@
 """Sending leased jobs now: concurrently, each attempt recorded, never raising.
 
 The create request hands its freshly written deliveries to ``send_after_commit``
-and waits until the receivers have answered, at most one attempt's bound
-(connect + read timeout) however many subscriptions there are; outcomes are
-written by the sending threads, and attempts still running at the bound
-finish in the background. Workers use a ``DeliveryPool`` of their own for
-each claimed batch.
+and waits until they are sent and their outcomes written, at most one
+attempt's bound (connect + read timeout) however many subscriptions there
+are; attempts still running at the bound finish, and record themselves, in
+the background. Workers use a ``DeliveryPool`` of their own for each
+claimed batch.
 """
 import concurrent.futures
 import logging
@@ -26,19 +26,11 @@ REQUEST_POOL_THREADS = 16
 """Attempts one server process makes at once for its create requests."""
 
 
-def deliver(job, settings, on_sent=None):
+def deliver(job, settings):
     """Make one attempt at ``job`` and record its outcome; returns the outcome
-    kind (None when it could not be recorded). Never raises.
-
-    ``on_sent`` is called once the receiver has answered (or failed to),
-    before the outcome is written.
-    """
+    kind (None when it could not be recorded). Never raises."""
     try:
-        try:
-            result = sender.send(job, settings)
-        finally:
-            if on_sent is not None:
-                on_sent()
+        result = sender.send(job, settings)
         return outcomes.record_outcome(job, result, settings)
     except Exception:
         log.exception("delivery %s (%s): the attempt could not be made or recorded",
@@ -55,16 +47,15 @@ def release(job):
          .execute())
 
 
-def _deliver_unless_late(job, settings, start_by, on_sent):
+def _deliver_unless_late(job, settings, start_by):
     """``deliver``, unless the request stopped waiting before a thread was free."""
     if time.monotonic() > start_by:
-        on_sent()
         try:
             release(job)
         except Exception:
             log.exception("delivery %s: could not release its lease", job.delivery_id)
         return None
-    return deliver(job, settings, on_sent)
+    return deliver(job, settings)
 
 
 class DeliveryPool:
@@ -91,22 +82,15 @@ class DeliveryPool:
         return [future.result() for future in futures]
 
     def deliver_within(self, jobs, settings, seconds):
-        """Attempt every job, waiting at most ``seconds`` for them all to be sent.
+        """Attempt every job, waiting at most ``seconds`` for them all.
 
-        Returns once every receiver has answered (or the time is up); the
-        outcomes are written meanwhile by the sending threads, off the
-        caller's path. Jobs not started in time are released to the workers;
-        attempts under way finish, within their own timeouts, in the
-        background.
+        Jobs not started by then are released to the workers; attempts under
+        way finish (within their own timeouts) after this returns.
         """
-        deadline = time.monotonic() + seconds
-        sent = threading.Semaphore(0)
-        for job in jobs:
-            self.executor().submit(_deliver_unless_late, job, settings, deadline,
-                                   sent.release)
-        for _ in jobs:
-            if not sent.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                return
+        start_by = time.monotonic() + seconds
+        futures = [self.executor().submit(_deliver_unless_late, job, settings, start_by)
+                   for job in jobs]
+        concurrent.futures.wait(futures, timeout=seconds)
 
     def shutdown(self):
         """Wait for attempts under way, then stop the threads."""
