@@ -106,6 +106,18 @@ def test_access_log_goes_to_stdout_and_server_log_to_stderr_as_json(split_gunico
     assert not any(entry["logger"] == "gunicorn.access" for entry in stderr)
 
 
+def _accepted(server_port, client_port):
+    """Whether the server has accept()ed the loopback connection from
+    ``client_port`` (a connection still in the backlog has no inode yet)."""
+    with open("/proc/net/tcp") as table:
+        for row in table.read().splitlines()[1:]:
+            fields = row.split()
+            if (int(fields[1].split(":")[1], 16) == server_port
+                    and int(fields[2].split(":")[1], 16) == client_port):
+                return fields[9] != "0"
+    return False
+
+
 @pytest.mark.parametrize("worker_class", ["sync", "gthread"])
 def test_sigterm_lets_an_in_flight_request_finish(split_gunicorn, alice, worker_class):
     server = split_gunicorn(workers=1, env={"GUNICORN_WORKER_CLASS": worker_class})
@@ -114,9 +126,10 @@ def test_sigterm_lets_an_in_flight_request_finish(split_gunicorn, alice, worker_
             f"Authorization: Bearer {alice}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
     with socket.create_connection(("127.0.0.1", server.port), timeout=20) as conn:
-        # The request is in the app, reading its body, when SIGTERM arrives.
+        # The request is in flight (accepted, its body half sent) when
+        # SIGTERM arrives.
         conn.sendall(head + body[:10])
-        time.sleep(0.5)
+        _until(lambda: _accepted(server.port, conn.getsockname()[1]))
         server.process.send_signal(signal.SIGTERM)
         time.sleep(1.0)
         assert server.process.poll() is None, "the server quit with a request in flight"
