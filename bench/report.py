@@ -40,7 +40,8 @@ def machine():
             f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}; "
             f"gunicorn worker class `{worker_class}`, {threads} thread(s), "
             f"{servers.WORKERS} workers; load from wrk -t{load.THREADS} -c{load.CONNECTIONS} "
-            f"on the same machine")
+            f"on the same machine; load average when the report was written "
+            f"{os.getloadavg()[0]:.1f} (the others' work shares the cores)")
 
 
 def render(results, names, seconds, rounds):

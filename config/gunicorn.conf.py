@@ -48,9 +48,10 @@ answer_protocol_errors_in_json()
 
 bind = os.environ.get("GUNICORN_BIND") or f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2))
-# gthread, measured with `make bench` (wrk -c8, 2 workers): the sync worker
-# closes every connection after one answer and waits for the client's FIN,
-# which cost 20-45% of the requests per second gthread's keep-alive gives.
+# gthread, measured with wrk -c8 against 2 workers (see docs/performance.md):
+# the sync worker closes every connection after one answer and waits for the
+# client's FIN; with keep-alive, gthread served 28% more lists and 89% more
+# creates in alternating runs.
 # Four threads let a worker keep answering while a create waits on a slow
 # webhook receiver (up to the delivery timeouts) instead of stalling.
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gthread")
