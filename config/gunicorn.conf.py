@@ -5,7 +5,8 @@ Environment:
                      (e.g. unix:/run/plantstore.sock) replaces both
   WEB_CONCURRENCY    worker processes (default: 2 per CPU core)
   GUNICORN_WORKER_CLASS, GUNICORN_THREADS
-                     worker class (default gthread) and threads per worker (4)
+                     worker class (default gthread) and threads per worker
+                     (4 for gthread, else 1)
   GUNICORN_TIMEOUT, GUNICORN_GRACEFUL_TIMEOUT
                      seconds before a silent worker is killed, and seconds
                      in-flight requests get to finish after SIGTERM (30, 30)
@@ -55,7 +56,10 @@ workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2)
 # Four threads let a worker keep answering while a create waits on a slow
 # webhook receiver (up to the delivery timeouts) instead of stalling.
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gthread")
-threads = int(os.environ.get("GUNICORN_THREADS", 4))
+# gunicorn turns a sync worker into gthread whenever threads > 1: the
+# default of 4 applies to gthread only, so GUNICORN_WORKER_CLASS=sync alone
+# really gives sync workers.
+threads = int(os.environ.get("GUNICORN_THREADS", 4 if worker_class == "gthread" else 1))
 # On SIGTERM, stop accepting and let in-flight requests finish for up to
 # graceful_timeout seconds before workers are killed.
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", 30))

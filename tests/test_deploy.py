@@ -122,6 +122,7 @@ def _accepted(server_port, client_port):
 @pytest.mark.parametrize("worker_class", ["sync", "gthread"])
 def test_sigterm_lets_an_in_flight_request_finish(split_gunicorn, alice, worker_class):
     server = split_gunicorn(workers=1, env={"GUNICORN_WORKER_CLASS": worker_class})
+    assert f"Using worker: {worker_class}" in server.output()
     body = json.dumps({"id": 77, "name": "late fern"}).encode()
     head = (f"POST /plants HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             f"Authorization: Bearer {alice}\r\nContent-Type: application/json\r\n"
