@@ -40,6 +40,7 @@ def ensure_wrk():
 
 
 def _ms(text):
+    """A wrk duration ("812.00us", "3.1ms", "1.2s") in milliseconds."""
     number, unit = re.fullmatch(r"([0-9.]+)(us|ms|s|m)", text).groups()
     return float(number) * _UNITS[unit]
 

@@ -19,6 +19,7 @@ MEMORY_TARGET_MB = 60
 
 
 def _cpu():
+    """The CPU model, from /proc/cpuinfo."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             for line in cpuinfo:
@@ -30,6 +31,7 @@ def _cpu():
 
 
 def _verdict(ok):
+    """How a target reads in the report."""
     return "met" if ok else "**not met**"
 
 
@@ -72,6 +74,7 @@ def render(results, names, seconds, rounds):
 
 
 def _compare_table(table, names):
+    """Medians per workload and server, then the ratios against the targets."""
     header = "| workload | " + " | ".join(
         f"{name} req/s | p50 ms | p99 ms" for name in names) + " |"
     lines = [header, "|---" * (1 + 3 * len(names)) + "|"]
@@ -100,6 +103,7 @@ def _compare_table(table, names):
 
 
 def _scale(scale):
+    """The list latency with 1,000 and 1,000,000 plants in the store."""
     (s_rps, s_p50, s_p99), (l_rps, l_p50, l_p99) = scale["small"], scale["large"]
     ratio = l_p50 / s_p50
     d_rps, d_p50, d_p99 = scale["deep"]
@@ -117,6 +121,7 @@ def _scale(scale):
 
 
 def _webhook(webhook):
+    """Creates with and without a webhook receiver."""
     (n_rps, n_p50, n_p99), (o_rps, o_p50, o_p99) = webhook["none"], webhook["one"]
     ratio = o_p50 / n_p50
     return [
@@ -135,7 +140,9 @@ def _webhook(webhook):
 
 
 def _memory(memory):
+    """VmRSS per worker over the run."""
     def mb(kib):
+        """KiB as MB with one decimal."""
         return f"{kib / 1024:.1f}"
     final = memory["final"]
     half_count, half = memory["half"]

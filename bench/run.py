@@ -36,10 +36,10 @@ WORKLOADS = [
     ("GET /plants?limit=10", "/plants?limit=10"),
     ("POST /plants", None),
 ]
-POST_WORKLOAD = "POST /plants"
 
 
 def env_int(name, default):
+    """An integer setting from the environment."""
     return int(os.environ.get(name) or default)
 
 
@@ -91,6 +91,7 @@ def median_of(results):
 
 
 def start(server, started):
+    """Start ``server``, remembering it in ``started`` so it is stopped at the end."""
     started.append(server)
     return server.start()
 

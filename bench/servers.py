@@ -60,6 +60,7 @@ class Server:
         raise RuntimeError(f"{self.name} did not come up in {seconds}s; see {self.log_path}")
 
     def _answers(self):
+        """True once the server answers HTTP at its probe path."""
         try:
             urllib.request.urlopen(self.url + self.probe_path, timeout=2)
         except urllib.error.HTTPError:
@@ -96,6 +97,7 @@ class Server:
 
 
 def _cmdline(pid):
+    """The command line of ``pid`` (empty when it is gone)."""
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
