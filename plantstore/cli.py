@@ -8,7 +8,7 @@ import sys
 
 import click
 from flask import current_app
-from flask.cli import FlaskGroup
+from flask.cli import AppGroup, FlaskGroup
 from peewee import DatabaseError, IntegrityError
 
 from . import db
@@ -26,7 +26,7 @@ def _find_user(name):
     return user
 
 
-@click.group("db")
+@click.group("db", cls=AppGroup)
 def db_cli():
     """Database schema migrations."""
 
@@ -47,7 +47,7 @@ def db_status():
             click.echo(f"{migration.name}  {state}")
 
 
-@click.group("users")
+@click.group("users", cls=AppGroup)
 def users_cli():
     """Create, list and delete users."""
 
@@ -84,7 +84,7 @@ def users_delete(name):
     click.echo(f"deleted user {name}")
 
 
-@click.group("tokens")
+@click.group("tokens", cls=AppGroup)
 def tokens_cli():
     """Issue, list and revoke bearer tokens."""
 
