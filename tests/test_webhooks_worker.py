@@ -43,8 +43,8 @@ def environment(database_url, **extra):
     return env
 
 
-def run_plantstore(database_url, *args):
-    return subprocess.run([PLANTSTORE, *args], env=environment(database_url),
+def run_plantstore(database_url, *args, **extra):
+    return subprocess.run([PLANTSTORE, *args], env=environment(database_url, **extra),
                           cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
@@ -208,7 +208,10 @@ def test_every_create_answered_200_reaches_the_receiver_after_gunicorn_is_sigkil
 
     receiver.answer = Answer(200)
     time.sleep(2.1)  # the lease of the rows being written or sent at the kill
-    finished = run_plantstore(database_url, "worker", "--once")
+    # The worker gets the default timeouts: its own attempts must not time
+    # out on a busy machine, or they would wait for a later run.
+    finished = run_plantstore(database_url, "worker", "--once",
+                              WEBHOOK_CONNECT_TIMEOUT=2, WEBHOOK_READ_TIMEOUT=5)
     assert finished.returncode == 0, finished.stderr
 
     reached = {payload_id(got) for got, answer in zip(receiver.requests, receiver.answers)
