@@ -22,6 +22,7 @@ import logging.config
 import os
 import re
 import secrets
+import time
 
 from flask import has_request_context, request
 from gunicorn import glogging
@@ -90,6 +91,42 @@ def _utc_timestamp(created):
         .isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _may_hold_secrets(values):
+    """False when no text among ``values`` has anything for ``redact`` to mask.
+
+    One search over the texts joined by newlines: a secret found in one
+    value is found in the joined text, so redacting value by value is only
+    needed when this says True.
+    """
+    return _SECRETS.search("\n".join(
+        value for value in values if isinstance(value, str))) is not None
+
+
+# One encoder for every line (json.dumps(default=...) builds one per call).
+_encode_json = json.JSONEncoder(default=str).encode
+
+
+def _json_entry(created, level, logger, pid, message, fields):
+    """The object of one log line, without its ``exception`` (see ``JSONFormatter``)."""
+    entry = {
+        "ts": _utc_timestamp(created),
+        "level": level,
+        "logger": logger,
+        "pid": pid,
+        "message": redact(message),
+    }
+    if fields:
+        if _may_hold_secrets(fields.values()):
+            entry.update((key, redact(value)) for key, value in fields.items())
+        else:
+            entry.update(fields)
+    if not entry.get("request_id"):
+        request_id = current_request_id()
+        if request_id:
+            entry["request_id"] = request_id
+    return entry
+
+
 class JSONFormatter(logging.Formatter):
     """A log record as one JSON object on one line.
 
@@ -99,30 +136,43 @@ class JSONFormatter(logging.Formatter):
     """
 
     def format(self, record):
-        entry = {
-            "ts": _utc_timestamp(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "pid": record.process,
-            "message": redact(record.getMessage()),
-        }
-        fields = getattr(record, "fields", None)
-        if fields:
-            entry.update((key, redact(value)) for key, value in fields.items())
-        if not entry.get("request_id"):
-            request_id = current_request_id()
-            if request_id:
-                entry["request_id"] = request_id
+        entry = _json_entry(record.created, record.levelname.lower(), record.name,
+                            record.process, record.getMessage(),
+                            getattr(record, "fields", None))
         if record.exc_info:
             entry["exception"] = redact(self.formatException(record.exc_info))
-        return json.dumps(entry, default=str)
+        return _encode_json(entry)
+
+
+def _plain_json_stream_handler(logger):
+    """The handler to write ``logger``'s INFO lines to directly, or None.
+
+    That is its one ``StreamHandler`` formatting with ``JSONFormatter``
+    (what ``gunicorn_logconfig`` sets up), when nothing else (filters,
+    levels, propagation to other handlers) could change what logging would
+    do with the record. Any other set-up goes through logging as usual.
+    """
+    handlers = logger.handlers
+    if len(handlers) != 1 or logger.propagate or logger.filters \
+            or not logger.isEnabledFor(logging.INFO):
+        return None
+    handler = handlers[0]
+    if type(handler) is not logging.StreamHandler \
+            or type(handler.formatter) is not JSONFormatter \
+            or handler.filters or handler.level > logging.INFO:
+        return None
+    return handler
 
 
 class JSONAccessLogger(glogging.Logger):
     """gunicorn's logger, whose access line is a JSON object.
 
     Only the fields below are gathered, instead of gunicorn's every header
-    and environ variable, so a request pays little for its line.
+    and environ variable, so a request pays little for its line. With the
+    logging set-up of ``gunicorn_logconfig`` the line is written straight to
+    the access handler's stream, byte for byte what ``JSONFormatter`` would
+    make of the record, without building the record and passing it through
+    logging's layers (a tenth of a worker's time under load).
     """
 
     def access(self, resp, req, environ, request_time):
@@ -151,8 +201,17 @@ class JSONAccessLogger(glogging.Logger):
             "user_agent": environ.get("HTTP_USER_AGENT"),
         }
         try:
-            self.access_log.info("%s %s %s", method, path, status,
-                                 extra={"fields": fields})
+            handler = _plain_json_stream_handler(self.access_log)
+            if handler is None:
+                self.access_log.info("%s %s %s", method, path, status,
+                                     extra={"fields": fields})
+                return
+            line = _encode_json(_json_entry(
+                time.time(), "info", self.access_log.name, os.getpid(),
+                "%s %s %s" % (method, path, status), fields))
+            with handler.lock:
+                handler.stream.write(line + handler.terminator)
+                handler.flush()
         except Exception:  # a log line must never break a response
             self.exception("could not write the access log line")
 

@@ -1,13 +1,18 @@
 """The hot paths' shortcuts answer exactly what the slow, documented way would:
 compiled SQL statements against the peewee queries they were compiled from,
-the remembered query-string arguments against a fresh schema load, and the
-create and list bodies against the marshmallow schema's dump."""
+the remembered query-string arguments against a fresh schema load, the
+create and list bodies against the marshmallow schema's dump, and the
+access line written directly against the one logging would write."""
 import datetime
+import io
+import logging
+import re
 import threading
 import time
 
 import pytest
 from flask import json
+from gunicorn.config import Config as GunicornConfig
 from peewee import IntegrityError, OperationalError
 from webargs.flaskparser import FlaskParser
 
@@ -15,6 +20,8 @@ from conftest import assert_error, bearer
 from plantstore import db
 from plantstore.api import Blueprint
 from plantstore.auth import find_caller, issue_token
+from plantstore.logs import (REQUEST_ID_ENVIRON_KEY, JSONAccessLogger, JSONFormatter,
+                             _plain_json_stream_handler)
 from plantstore.models import Plant, Subscription, User, utcnow
 from plantstore.plants import queries
 from plantstore.plants.schemas import PlantQueryArgsSchema, PlantSchema
@@ -223,3 +230,75 @@ def test_concurrent_sqlite_writers_of_one_process_all_commit(sqlite_file):
         thread.join(timeout=60)
     count, = sqlite_file.execute_sql("SELECT count(*) FROM t").fetchone()
     assert count == 150
+
+
+@pytest.fixture
+def access_logger():
+    """gunicorn's JSON access logger writing to a string, as ``gunicorn_logconfig`` sets it up.
+
+    The ``gunicorn.*`` loggers are process-wide: their set-up is restored after.
+    """
+    loggers = [logging.getLogger("gunicorn.access"), logging.getLogger("gunicorn.error")]
+    saved = [(log, log.handlers, log.filters, log.propagate, log.level)
+             for log in loggers]
+    config = GunicornConfig()
+    config.set("accesslog", "-")
+    logger = JSONAccessLogger(config)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JSONFormatter())
+    logger.access_log.filters = []
+    logger.access_log.propagate = False
+
+    def only_json_handler():
+        """Just the JSON handler (pytest attaches its own to non-propagating loggers)."""
+        logger.access_log.handlers = [handler]
+    yield logger, stream, only_json_handler
+    for log, handlers, filters, propagate, level in saved:
+        log.handlers, log.filters, log.propagate = handlers, filters, propagate
+        log.setLevel(level)
+
+
+class _SentResponse:
+    """What gunicorn's access() reads of a response: its status and bytes sent."""
+    status = "201 CREATED"
+    sent = 17
+
+
+def _access_environ(token):
+    return {"REQUEST_METHOD": "GET", "PATH_INFO": "/plants/é\"x", "QUERY_STRING":
+            f"limit=2&access_token={token}", "REMOTE_ADDR": "127.0.0.1",
+            "wsgi.url_scheme": "http", "HTTP_HOST": "127.0.0.1:8000",
+            "HTTP_USER_AGENT": f"agent Bearer {token}",
+            REQUEST_ID_ENVIRON_KEY: "req-1.a_b"}
+
+
+def test_direct_access_line_is_the_line_logging_would_write(access_logger):
+    logger, stream, only_json_handler = access_logger
+    only_json_handler()
+    environ = _access_environ("pst_" + "A" * 43)
+    took = datetime.timedelta(microseconds=1234567)
+    assert _plain_json_stream_handler(logger.access_log) is not None
+    logger.access(_SentResponse, None, environ, took)
+    # Any filter on the logger sends the record through logging's own layers.
+    logger.access_log.addFilter(lambda record: True)
+    assert _plain_json_stream_handler(logger.access_log) is None
+    logger.access(_SentResponse, None, environ, took)
+    direct, through_logging = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert direct["request_id"] == "req-1.a_b" and direct["status"] == 201
+    assert "pst_" not in stream.getvalue() and "[REDACTED]" in direct["query"]
+    direct_ts, logged_ts = direct.pop("ts"), through_logging.pop("ts")
+    assert list(direct) == list(through_logging) and direct == through_logging
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", direct_ts)
+    assert len(direct_ts) == len(logged_ts)
+
+
+def test_access_line_goes_through_logging_unless_set_up_as_gunicorn_logconfig(access_logger):
+    logger, stream, only_json_handler = access_logger
+    only_json_handler()
+    other = io.StringIO()
+    extra = logging.StreamHandler(other)
+    extra.setFormatter(JSONFormatter())
+    logger.access_log.addHandler(extra)
+    logger.access(_SentResponse, None, _access_environ("x"), datetime.timedelta(0))
+    assert json.loads(stream.getvalue()) == json.loads(other.getvalue())
