@@ -11,7 +11,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from flask import current_app, g, request
+from flask import g, request
 
 from .db import Statement
 from .errors import error_response
@@ -120,8 +120,3 @@ def require_scope(scope):
             return view(*args, **kwargs)
         return guarded
     return decorate
-
-
-def token_prefix():
-    """The configured prefix of issued tokens."""
-    return current_app.config["TOKEN_PREFIX"]
