@@ -189,15 +189,20 @@ class Gunicorn:
         return self.log.read().decode(errors="replace")
 
 
-@pytest.fixture
-def gunicorn_server(app, database_url):
-    """Start gunicorn (2 workers) on the test's database; stopped afterwards."""
+def serve(server_class, database_url):
+    """Yield a starter of ``server_class`` servers on the database; stop them all after."""
     servers = []
 
     def start(workers=2, env=None):
-        server = Gunicorn(database_url, workers, env).start()
+        server = server_class(database_url, workers, env).start()
         servers.append(server)
         return server
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def gunicorn_server(app, database_url):
+    """Start gunicorn (2 workers) on the test's database; stopped afterwards."""
+    yield from serve(Gunicorn, database_url)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import REPO, Gunicorn, bearer, wait_until_up
+from conftest import REPO, Gunicorn, bearer, serve, wait_until_up
 
 pytestmark = pytest.mark.slow
 
@@ -47,15 +47,7 @@ class SplitGunicorn(Gunicorn):
 @pytest.fixture
 def split_gunicorn(app, database_url):
     """Start a SplitGunicorn on the test's database; stopped afterwards."""
-    servers = []
-
-    def start(workers=2, env=None):
-        server = SplitGunicorn(database_url, workers, env).start()
-        servers.append(server)
-        return server
-    yield start
-    for server in servers:
-        server.stop()
+    yield from serve(SplitGunicorn, database_url)
 
 
 def access_lines(server):
