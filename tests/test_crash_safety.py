@@ -5,13 +5,10 @@ After a restart, every plant whose create was answered 200 is listed by
 the API, and one ``plantstore worker --once`` run (a fresh process) brings
 each of their "New Plant" events to the receiver, signed.
 """
-import itertools
 import os
 import re
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from urllib.parse import urljoin
@@ -20,7 +17,8 @@ import pytest
 import requests
 
 from conftest import REPO, bearer
-from webhook_helpers import Answer, make_receiver, subscribe, verify  # noqa: F401
+from webhook_helpers import (Answer, create_until_sigkilled, make_receiver,  # noqa: F401
+                             subscribe, verify)
 
 PLANTSTORE = str(Path(sys.executable).with_name("plantstore"))
 # Short send timeouts and a retry due at once; leases as short as allowed.
@@ -62,36 +60,9 @@ def test_after_sigkill_mid_burst_every_200_plant_is_listed_and_its_event_deliver
     _, secret = subscribe(runner, receiver.url)
     env = plantstore_env(database_url)
     server = gunicorn_server(workers=2, env=env)
-    next_id = itertools.count(1).__next__
-    id_lock = threading.Lock()
-    answered_200 = []
-    stop = threading.Event()
-
-    def burst():
-        with requests.Session() as session:
-            while not stop.is_set():
-                with id_lock:
-                    plant_id = next_id()
-                try:
-                    response = session.post(
-                        server.url + "/plants", headers=bearer(alice), timeout=10,
-                        json={"id": plant_id, "name": f"plant {plant_id}"})
-                except requests.RequestException:
-                    return  # the server is gone
-                if response.status_code == 200:
-                    answered_200.append(plant_id)
-
-    clients = [threading.Thread(target=burst) for _ in range(CLIENTS)]
-    for thread in clients:
-        thread.start()
-    deadline = time.monotonic() + 30
-    while len(answered_200) < ANSWERED_BEFORE_KILL and time.monotonic() < deadline:
-        time.sleep(0.005)
-    os.killpg(os.getpgid(server.process.pid), signal.SIGKILL)  # master and workers
-    stop.set()
-    for thread in clients:
-        thread.join(timeout=15)
-    server.process.wait(timeout=10)
+    answered_200 = create_until_sigkilled(server, alice, ANSWERED_BEFORE_KILL,
+                                          lambda plant_id: f"plant {plant_id}",
+                                          seconds=30, clients=CLIENTS)
     assert len(answered_200) >= ANSWERED_BEFORE_KILL, server.output()[-3000:]
 
     restarted = gunicorn_server(workers=2, env=env)

@@ -3,7 +3,6 @@ receiver at least once, and no event is sent twice at once. Workers racing
 on one database, leases left by a process that died, a receiver that was
 down, a worker stopped by a signal, and a gunicorn SIGKILLed mid-burst."""
 import datetime
-import itertools
 import json
 import os
 import signal
@@ -15,7 +14,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import requests
 
 from conftest import REPO, bearer, free_port
 from plantstore.db import database
@@ -23,7 +21,8 @@ from plantstore.models import Attempt, Delivery, Plant, User
 from plantstore.webhooks import outbox
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.worker import Worker
-from webhook_helpers import Answer, make_receiver, subscribe, verify  # noqa: F401
+from webhook_helpers import (Answer, create_until_sigkilled, make_receiver,  # noqa: F401
+                             subscribe, verify)
 
 PLANTSTORE = str(Path(sys.executable).with_name("plantstore"))
 FAST = {"WEBHOOK_CONNECT_TIMEOUT": 0.5, "WEBHOOK_READ_TIMEOUT": 0.5,
@@ -175,35 +174,8 @@ def test_every_create_answered_200_reaches_the_receiver_after_gunicorn_is_sigkil
     receiver = make_receiver(lambda got: Answer(200 if payload_id(got) % 2 == 0 else 503))
     subscribe(runner, receiver.url)
     server = gunicorn_server(workers=2, env=environment(database_url))
-    ids = itertools.count(1)
-    id_lock = threading.Lock()
-    answered_200 = []
-    stop = threading.Event()
-
-    def burst():
-        with requests.Session() as session:
-            while not stop.is_set():
-                with id_lock:
-                    plant_id = next(ids)
-                try:
-                    response = session.post(server.url + "/plants", headers=bearer(alice),
-                                            json={"id": plant_id, "name": "fern"}, timeout=10)
-                except requests.RequestException:
-                    return  # the server is gone
-                if response.status_code == 200:
-                    answered_200.append(plant_id)
-
-    clients = [threading.Thread(target=burst) for _ in range(4)]
-    for thread in clients:
-        thread.start()
-    deadline = time.monotonic() + 15
-    while len(answered_200) < 40 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    os.killpg(os.getpgid(server.process.pid), signal.SIGKILL)
-    stop.set()
-    for thread in clients:
-        thread.join(timeout=15)
-    server.process.wait(timeout=10)
+    answered_200 = create_until_sigkilled(server, alice, 40, lambda plant_id: "fern",
+                                          seconds=15)
     assert len(answered_200) >= 40, server.output()
 
     receiver.answer = Answer(200)

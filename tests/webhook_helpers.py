@@ -7,12 +7,16 @@ and answers as the test tells it to. Use the ``make_receiver`` fixture
 """
 import dataclasses
 import http.server
+import itertools
 import json
+import os
+import signal
 import socket
 import threading
 import time
 
 import pytest
+import requests
 from standardwebhooks import Webhook
 
 
@@ -180,3 +184,43 @@ def subscribe(runner, url, bearer=None):
     assert result.exit_code == 0, result.output
     created = json.loads(result.stdout)
     return created["id"], created["secret"]
+
+
+def create_until_sigkilled(server, token, answered, name_of, seconds, clients=4):
+    """Create plants 1, 2, ... from ``clients`` threads until ``answered`` got
+    200s (or ``seconds`` passed), then SIGKILL gunicorn's whole process group.
+
+    Returns the ids whose create was answered 200 before the kill.
+    """
+    next_id = itertools.count(1).__next__
+    id_lock = threading.Lock()
+    answered_200 = []
+    stop = threading.Event()
+
+    def burst():
+        with requests.Session() as session:
+            while not stop.is_set():
+                with id_lock:
+                    plant_id = next_id()
+                try:
+                    response = session.post(
+                        server.url + "/plants", timeout=10,
+                        headers={"Authorization": f"Bearer {token}"},
+                        json={"id": plant_id, "name": name_of(plant_id)})
+                except requests.RequestException:
+                    return  # the server is gone
+                if response.status_code == 200:
+                    answered_200.append(plant_id)
+
+    threads = [threading.Thread(target=burst) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + seconds
+    while len(answered_200) < answered and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.killpg(os.getpgid(server.process.pid), signal.SIGKILL)  # master and workers
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=15)
+    server.process.wait(timeout=10)
+    return answered_200
