@@ -6,7 +6,7 @@ PG_TEST_URL ?= postgresql://postgres@127.0.0.1:5432/test
 PLANTSTORE_DATABASE_URL ?= sqlite:///plantstore.db
 export PLANTSTORE_DATABASE_URL
 
-.PHONY: install install-test migrate run test test-sqlite test-postgres smoke smoke-nginx bench clean
+.PHONY: install install-test migrate run test test-sqlite test-postgres smoke smoke-nginx bench docs clean
 
 $(BIN)/.installed: setup.py setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,7 @@ test-sqlite: install-test
 	env -u PLANTSTORE_TEST_DATABASE_URL $(BIN)/pytest $(PYTEST_ARGS)
 
 test-postgres: install-test
-	@if $(BIN)/python -m plantstore.db_probe "$(PG_TEST_URL)"; then \
+	@if PLANTSTORE_DATABASE_URL="$(PG_TEST_URL)" $(BIN)/plantstore db check >/dev/null; then \
 		echo "== PostgreSQL suite ($(PG_TEST_URL)) =="; \
 		PLANTSTORE_TEST_DATABASE_URL="$(PG_TEST_URL)" $(BIN)/pytest $(PYTEST_ARGS); \
 	elif [ "$$CI" = "true" ]; then \
@@ -61,6 +61,10 @@ smoke-nginx: install
 # and writes docs/performance.md. Not part of `make test`. See bench/run.py.
 bench: install
 	$(BIN)/python bench/run.py
+
+# docs/settings.md from the settings table in plantstore/settings.py.
+docs: install
+	$(BIN)/python -c 'import sys; from plantstore.settings import reference; sys.stdout.write(reference())' > docs/settings.md
 
 clean:
 	rm -rf $(VENV) .venv-bench *.egg-info .pytest_cache

@@ -1,25 +1,31 @@
-"""The ``plantstore`` command: the Flask CLI plus the operators' commands.
+"""The ``plantstore`` command: the operators' commands, and nothing of Flask's.
 
-``plantstore db``, ``users`` and ``tokens`` live here; each command group
-prints what a script needs on stdout and explains failures on stderr with a
-non-zero exit.
+``plantstore db``, ``users`` and ``tokens`` live here, the webhook groups in
+``webhooks/cli.py``. Each command runs in the app's context, prints what a
+script needs on stdout and explains a failure in one line on stderr with a
+non-zero exit: 2 for a bad argument, 1 for anything else (an unusable
+setting, an unreachable database), never a traceback.
 """
 import sys
 
 import click
 from flask import current_app
-from flask.cli import AppGroup, FlaskGroup
+from flask.cli import AppGroup, ScriptInfo
 from peewee import DatabaseError, IntegrityError
 
 from . import db
 from .auth import ALL_SCOPES, issue_token, revoke_token
 from .logs import configure_process_logging
 from .models import Token, User, utcnow
+from .settings import SettingError
 from .webhooks.cli import COMMANDS as WEBHOOK_COMMANDS
-from .webhooks.config import WebhookConfigError
+
+ROW_ID = click.IntRange(1, 2 ** 31 - 1)
+"""A stored row's id, as the CLI accepts one (ids are 32-bit integers)."""
 
 
 def _find_user(name):
+    """The user called ``name``, or a one-line error."""
     user = User.get_or_none(User.name == name)
     if user is None:
         raise click.ClickException(f"no user named {name!r}")
@@ -36,6 +42,13 @@ def db_upgrade():
     """Apply every pending migration."""
     applied = db.upgrade()
     click.echo("\n".join(f"applied {name}" for name in applied) or "up to date")
+
+
+@db_cli.command("check")
+def db_check():
+    """Exit 0 if the database answers a query, 1 (saying why) if not."""
+    db.database.execute_sql("SELECT 1").fetchone()
+    click.echo("the database answers")
 
 
 @db_cli.command("status")
@@ -57,8 +70,10 @@ def users_cli():
 @click.option("--admin", is_flag=True, help="The user sees every user's plants.")
 def users_create(name, admin):
     """Create a user called NAME."""
-    if not name.strip() or len(name) > 100:
-        raise click.ClickException("a user name is 1 to 100 characters")
+    if not name.strip() or len(name) > 100 or not name.isprintable():
+        raise click.BadParameter("a user name is 1 to 100 characters, all printable "
+                                 "(no line breaks or control characters)",
+                                 param_hint="NAME")
     try:
         with db.database.atomic():
             User.create(name=name, is_admin=admin)
@@ -91,7 +106,7 @@ def tokens_cli():
 
 @tokens_cli.command("create")
 @click.argument("name")
-@click.option("--expires-in", "expires_in", type=click.IntRange(min=1), metavar="DAYS",
+@click.option("--expires-in", "expires_in", type=click.IntRange(1, 36500), metavar="DAYS",
               help="Days until the token expires (default: never).")
 @click.option("--scope", "scopes", multiple=True, type=click.Choice(ALL_SCOPES),
               help="Grant only this scope (repeatable; default: all).")
@@ -125,7 +140,7 @@ def tokens_list(name):
 
 
 @tokens_cli.command("revoke")
-@click.argument("token_id", type=int)
+@click.argument("token_id", type=ROW_ID)
 def tokens_revoke(token_id):
     """Revoke the token with id TOKEN_ID (see `tokens list`)."""
     if not revoke_token(token_id):
@@ -133,9 +148,12 @@ def tokens_revoke(token_id):
     click.echo(f"revoked token {token_id}")
 
 
+COMMANDS = (db_cli, users_cli, tokens_cli, *WEBHOOK_COMMANDS)
+
+
 def register_commands(app):
-    """Attach the operators' command groups to the app's CLI."""
-    for group in (db_cli, users_cli, tokens_cli, *WEBHOOK_COMMANDS):
+    """Attach the operators' command groups to ``app.cli`` (``app.test_cli_runner``)."""
+    for group in COMMANDS:
         app.cli.add_command(group)
 
 
@@ -144,12 +162,32 @@ def _create_app():
     return create_app()
 
 
-cli = FlaskGroup(create_app=_create_app, add_version_option=True,
-                 help="Operate plantstore: database, users, tokens, webhooks, worker.")
+class PlantstoreGroup(click.Group):
+    """The ``plantstore`` group: its own commands, each given the app on demand.
+
+    Unlike Flask's ``FlaskGroup`` it adds no ``run``, ``shell``, ``routes``,
+    ``--app`` or ``--debug``: the app is always ``create_app()``, configured
+    by ``PLANTSTORE_*`` variables.
+    """
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        extra.setdefault("obj", ScriptInfo(create_app=_create_app, set_debug_flag=False,
+                                           load_dotenv_defaults=False))
+        return super().make_context(info_name, args, parent, **extra)
+
+
+cli = click.version_option(package_name="plantstore", prog_name="plantstore")(
+    PlantstoreGroup("plantstore", commands=COMMANDS,
+                    help="Operate plantstore: database, users, tokens, webhooks, worker."))
+
+
+def _first_line(error):
+    """The first line of an error's text (drivers add hints on further lines)."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def main():
-    """Console-script entry point: run a command, explain database failures."""
+    """Console-script entry point: run a command; every failure is one line."""
     configure_process_logging()
     try:
         exit_code = cli.main(standalone_mode=False)
@@ -159,12 +197,11 @@ def main():
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)
-    except WebhookConfigError as error:
+    except SettingError as error:
         click.echo(f"Error: {error}", err=True)
         sys.exit(1)
     except DatabaseError as error:
-        click.echo(f"Error: database error: {error}\n"
-                   "Is the database reachable, and has `plantstore db upgrade` run?",
-                   err=True)
+        click.echo(f"Error: the database failed: {_first_line(error)} "
+                   "(is it reachable, and has `plantstore db upgrade` run?)", err=True)
         sys.exit(1)
     sys.exit(exit_code if isinstance(exit_code, int) else 0)

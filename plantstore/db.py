@@ -8,9 +8,12 @@ import os
 import threading
 from urllib.parse import parse_qsl, urlsplit
 
+import peewee
 from peewee import DatabaseProxy, OperationalError, SqliteDatabase
 from playhouse.migrations import Runner
 from playhouse.pool import PooledPostgresqlDatabase, PooledSqliteDatabase
+
+from .settings import SettingError
 
 database = DatabaseProxy()
 
@@ -74,18 +77,31 @@ class TurnTakingSqliteDatabase(PooledSqliteDatabase):
             self._writer.release()
 
 
-class DatabaseURLError(ValueError):
-    """The configured database URL names no supported database."""
+# What a postgresql:// URL's query string may set: libpq connection options.
+POSTGRES_URL_OPTIONS = frozenset({
+    "application_name", "channel_binding", "connect_timeout", "gssencmode",
+    "keepalives", "keepalives_count", "keepalives_idle", "keepalives_interval",
+    "options", "passfile", "sslcert", "sslcrl", "sslkey", "sslmode", "sslrootcert",
+    "target_session_attrs", "tcp_user_timeout",
+})
 
 
 def database_from_url(url, pool_size=8):
-    """Build the peewee database an URL describes (sqlite or postgresql)."""
-    parts = urlsplit(url)
+    """Build the peewee database an URL describes (sqlite or postgresql).
+
+    A URL that names no supported database, or whose driver is not
+    installed, is a ``ValueError`` saying what to change.
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as error:
+        raise ValueError(f"{url!r} is not a valid URL ({error})") from None
     scheme = parts.scheme.split("+")[0]
     if scheme == "sqlite":
         path = parts.path[1:] if parts.path.startswith("/") else parts.path
         if not path or path == ":memory:":
-            raise DatabaseURLError(
+            raise ValueError(
                 "an in-memory SQLite database is not shared between requests; "
                 "use a file, e.g. sqlite:///plantstore.db")
         return TurnTakingSqliteDatabase(
@@ -93,12 +109,19 @@ def database_from_url(url, pool_size=8):
             max_connections=pool_size, stale_timeout=300, timeout=10,
             check_same_thread=False)
     if scheme in ("postgres", "postgresql"):
+        if peewee.psycopg2 is None and peewee.psycopg is None:
+            raise ValueError("a postgresql:// URL needs the psycopg2 driver: "
+                             "pip install 'plantstore[postgres]'")
         options = dict(parse_qsl(parts.query))
+        unknown = sorted(set(options) - POSTGRES_URL_OPTIONS)
+        if unknown:
+            raise ValueError(f"unknown connection option(s) {', '.join(unknown)} in "
+                             f"the URL; allowed: {', '.join(sorted(POSTGRES_URL_OPTIONS))}")
         return PooledPostgresqlDatabase(
             parts.path.lstrip("/"), user=parts.username, password=parts.password,
-            host=parts.hostname, port=parts.port, max_connections=pool_size,
+            host=parts.hostname, port=port, max_connections=pool_size,
             stale_timeout=300, timeout=10, **options)
-    raise DatabaseURLError(
+    raise ValueError(
         f"unsupported database URL scheme {parts.scheme!r}: "
         "use sqlite:///path.db or postgresql://user@host/dbname")
 
@@ -163,8 +186,11 @@ def init_database(app):
     Connections open lazily on the first query of a request and go back to
     the pool when the request ends, whatever happened in it.
     """
-    database.initialize(database_from_url(
-        app.config["DATABASE_URL"], app.config["DATABASE_POOL_SIZE"]))
+    try:
+        database.initialize(database_from_url(
+            app.config["DATABASE_URL"], app.config["DATABASE_POOL_SIZE"]))
+    except ValueError as error:
+        raise SettingError(f"PLANTSTORE_DATABASE_URL is unusable: {error}") from None
 
     @app.teardown_request
     def release_connection(exc):

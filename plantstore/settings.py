@@ -1,51 +1,198 @@
-"""Configuration: built-in defaults, then ``PLANTSTORE_*`` environment variables.
+"""Every setting of plantstore, its default, its bounds and what it is for.
 
-Every key below can be set from the environment by prefixing it with
-``PLANTSTORE_`` (``PLANTSTORE_DATABASE_URL=postgresql://...``). Values are
-parsed as JSON when they can be (numbers, booleans, lists), as Flask's
-``from_prefixed_env`` does, and kept as strings otherwise.
+This table is the one place settings are read: ``load`` fills ``app.config``
+from the defaults, then ``PLANTSTORE_<KEY>`` environment variables, then the
+overrides handed to ``create_app``, parsing and bounding each value. A value
+that cannot be used stops the app with a ``SettingError`` naming the
+variable. ``docs/settings.md`` is generated from this table (``make docs``).
 """
+import dataclasses
+import math
+import os
+import re
 
-DEFAULTS = {
-    # Where plants live: sqlite:///relative.db, sqlite:////absolute.db or
-    # postgresql://user:password@host:port/dbname
-    "DATABASE_URL": "sqlite:///plantstore.db",
-    # Largest Postgres connection pool per process.
-    "DATABASE_POOL_SIZE": 8,
-    # GET /plants?limit=: value used when absent, and the largest accepted.
-    "LIST_LIMIT_DEFAULT": 100,
-    "LIST_LIMIT_MAX": 1000,
-    # Largest accepted request body in bytes (Flask's own key): over it, 413.
-    "MAX_CONTENT_LENGTH": 1024 * 1024,
-    # Prefix of every issued bearer token, so leaked tokens are recognisable.
-    "TOKEN_PREFIX": "pst_",
-    # How many proxies in front of the service may set X-Forwarded-*
-    # headers. 0 trusts none (the service is reached directly).
-    "TRUSTED_PROXIES": 0,
-    # Webhook delivery: timeouts in seconds, retry schedule in seconds
-    # (comma-separated), and how long a rotated-out secret keeps signing.
-    "WEBHOOK_CONNECT_TIMEOUT": 2.0,
-    "WEBHOOK_READ_TIMEOUT": 5.0,
-    "WEBHOOK_RETRY_SCHEDULE": "5,300,1800,7200,18000,36000,36000",
-    "WEBHOOK_SECRET_OVERLAP_HOURS": 24,
-    # Seconds a delivery stays reserved to the request or worker sending it
-    # (never less than twice connect + read timeout); a sender that dies
-    # leaves its deliveries to the workers once this has passed.
-    "WEBHOOK_LEASE_SECONDS": 60,
-    # Most bytes of a receiver's response body that are read (and kept).
-    "WEBHOOK_MAX_RESPONSE_BYTES": 64 * 1024,
-    # Seconds a worker sleeps between polls when nothing is due.
-    "WORKER_POLL_INTERVAL": 1.0,
-    # Largest number of deliveries one worker claims at a time.
-    "WORKER_BATCH_SIZE": 20,
-}
+ENV_PREFIX = "PLANTSTORE_"
+_INTEGER = re.compile(r"-?[0-9]+")
 
-ENV_PREFIX = "PLANTSTORE"
+
+class SettingError(ValueError):
+    """A setting's value is unusable; the message names its environment variable."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting: config key, default, parser (raises ValueError) and help."""
+    key: str
+    default: object
+    parse: object
+    help: str
+
+    @property
+    def env_name(self):
+        """The environment variable that sets it."""
+        return ENV_PREFIX + self.key
+
+    def read(self, raw):
+        """``raw`` (text from the environment, or a Python value) parsed and bounded."""
+        try:
+            return self.parse(raw)
+        except (TypeError, ValueError) as error:
+            raise SettingError(f"{self.env_name} {error}") from None
+
+
+def integer(minimum, maximum):
+    """A parser of whole numbers from ``minimum`` to ``maximum``."""
+    def parse(raw):
+        if isinstance(raw, str) and _INTEGER.fullmatch(raw.strip()):
+            value = int(raw.strip())
+        elif isinstance(raw, int) and not isinstance(raw, bool):
+            value = raw
+        else:
+            raise ValueError(f"must be a whole number, not {raw!r}")
+        if not minimum <= value <= maximum:
+            raise ValueError(f"must be from {minimum} to {maximum}, not {raw!r}")
+        return value
+    parse.allowed = f"{minimum} to {maximum}"
+    return parse
+
+
+def _seconds_value(raw):
+    """A finite number of seconds from text or a number."""
+    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+        raise ValueError(f"must be a number, not {raw!r}")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"must be a number, not {raw!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number, not {raw!r}")
+    return value
+
+
+def number(minimum, maximum, above_minimum=False):
+    """A parser of numbers from ``minimum`` (excluded if ``above_minimum``) to ``maximum``."""
+    def parse(raw):
+        value = _seconds_value(raw)
+        if value > maximum or value < minimum or (above_minimum and value == minimum):
+            low = f"above {minimum:g}" if above_minimum else f"from {minimum:g}"
+            raise ValueError(f"must be {low} to {maximum:g}, not {raw!r}")
+        return value
+    parse.allowed = f"{'above' if above_minimum else 'from'} {minimum:g} to {maximum:g}"
+    return parse
+
+
+def schedule(longest, most_steps):
+    """A parser of comma-separated delays in seconds (``5,300,1800``); empty: none."""
+    step = number(0, longest)
+
+    def parse(raw):
+        if isinstance(raw, (list, tuple)):
+            items = list(raw)
+        elif isinstance(raw, str):
+            items = [part.strip() for part in raw.strip("[] ").split(",") if part.strip()]
+        else:
+            items = [raw]
+        if len(items) > most_steps:
+            raise ValueError(f"must have at most {most_steps} delays, not {len(items)}")
+        try:
+            return tuple(step(item) for item in items)
+        except ValueError as error:
+            raise ValueError(f"must be seconds, comma-separated (e.g. 5,300,1800): "
+                             f"a delay {error}") from None
+    parse.allowed = f"at most {most_steps} delays, each {step.allowed} s"
+    return parse
+
+
+def text(pattern, description):
+    """A parser of text matching ``pattern`` (a regular expression)."""
+    compiled = re.compile(pattern)
+
+    def parse(raw):
+        if not isinstance(raw, str) or not compiled.fullmatch(raw):
+            raise ValueError(f"must be {description}, not {raw!r}")
+        return raw
+    parse.allowed = description
+    return parse
+
+
+HOUR, DAY = 3600, 86400
+
+SETTINGS = (
+    Setting("DATABASE_URL", "sqlite:///plantstore.db",
+            text(r"\S+", "a database URL"),
+            "Where plants live: `sqlite:///relative.db`, `sqlite:////absolute.db` or "
+            "`postgresql://user:password@host:port/dbname`."),
+    Setting("DATABASE_POOL_SIZE", 8, integer(1, 1000),
+            "Most database connections one process keeps open."),
+    Setting("LIST_LIMIT_DEFAULT", 100, integer(1, 1_000_000),
+            "Page size of `GET /plants` when `limit` is absent (capped by the maximum)."),
+    Setting("LIST_LIMIT_MAX", 1000, integer(1, 1_000_000),
+            "Largest `limit` accepted by `GET /plants`; above it, 400."),
+    Setting("MAX_CONTENT_LENGTH", 1024 * 1024, integer(1, 1024 ** 3),
+            "Largest request body in bytes, chunked bodies included; above it, 413."),
+    Setting("TOKEN_PREFIX", "pst_", text(r"[A-Za-z0-9_]{1,12}",
+                                         "1 to 12 letters, digits or underscores"),
+            "Prefix of every issued bearer token, so that leaked tokens are recognisable."),
+    Setting("TRUSTED_PROXIES", 0, integer(0, 10),
+            "How many proxies in front may set `X-Forwarded-*` headers; 0 trusts none."),
+    Setting("WEBHOOK_CONNECT_TIMEOUT", 2.0, number(0, 60, above_minimum=True),
+            "Seconds a webhook attempt may take to connect."),
+    Setting("WEBHOOK_READ_TIMEOUT", 5.0, number(0, 300, above_minimum=True),
+            "Seconds a webhook attempt may then take for the whole answer."),
+    Setting("WEBHOOK_RETRY_SCHEDULE", "5,300,1800,7200,18000,36000,36000",
+            schedule(7 * DAY, 50),
+            "Seconds between retries of a failed webhook delivery (each spread by "
+            "±10 %), comma-separated; after the last, the delivery fails."),
+    Setting("WEBHOOK_SECRET_OVERLAP_HOURS", 24.0, number(0, 30 * 24),
+            "Hours a rotated-out signing secret keeps signing beside the new one."),
+    Setting("WEBHOOK_LEASE_SECONDS", 60.0, number(0, DAY, above_minimum=True),
+            "Seconds a delivery stays reserved to its sender (at least twice connect + "
+            "read timeout); a sender that dies leaves it to the workers after that."),
+    Setting("WEBHOOK_MAX_RESPONSE_BYTES", 64 * 1024, integer(0, 16 * 1024 * 1024),
+            "Most bytes of a receiver's answer that are read."),
+    Setting("WORKER_POLL_INTERVAL", 1.0, number(0, HOUR, above_minimum=True),
+            "Seconds a webhook worker sleeps between polls when nothing is due."),
+    Setting("WORKER_BATCH_SIZE", 20, integer(1, 1000),
+            "Most deliveries one webhook worker claims at a time."),
+)
+BY_KEY = {setting.key: setting for setting in SETTINGS}
+
+
+def read(environ=None, overrides=None):
+    """Every setting's value: defaults, then ``environ``, then ``overrides``.
+
+    Keys of ``overrides`` that are not settings (Flask's ``TESTING``, ...)
+    are passed through as they are.
+    """
+    environ = os.environ if environ is None else environ
+    overrides = dict(overrides or {})
+    values = {}
+    for setting in SETTINGS:
+        if setting.key in overrides:
+            raw = overrides.pop(setting.key)
+        else:
+            raw = environ.get(setting.env_name, setting.default)
+        values[setting.key] = setting.read(raw)
+    if values["LIST_LIMIT_DEFAULT"] > values["LIST_LIMIT_MAX"]:
+        values["LIST_LIMIT_DEFAULT"] = values["LIST_LIMIT_MAX"]
+    values.update(overrides)
+    return values
 
 
 def load(app, overrides=None):
-    """Fill ``app.config`` from the defaults, the environment, then overrides."""
-    app.config.update(DEFAULTS)
-    app.config.from_prefixed_env(ENV_PREFIX)
-    if overrides:
-        app.config.update(overrides)
+    """Fill ``app.config`` with every setting (``SettingError`` if one is unusable)."""
+    app.config.update(read(overrides=overrides))
+
+
+def reference():
+    """The settings as a Markdown table (the text of ``docs/settings.md``)."""
+    lines = ["# Settings", "",
+             "Generated from `plantstore/settings.py` by `make docs`;",
+             "a test keeps the two equal. Set each in the environment of the web",
+             "processes and the workers alike (`config/plantstore.env.example`).", "",
+             "| variable | default | allowed | what it is for |",
+             "|---|---|---|---|"]
+    for setting in SETTINGS:
+        lines.append(f"| `{setting.env_name}` | `{setting.default}` | "
+                     f"{setting.parse.allowed} | {setting.help} |")
+    return "\n".join(lines) + "\n"

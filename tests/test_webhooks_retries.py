@@ -11,7 +11,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 from conftest import bearer
 from plantstore import create_app
 from plantstore.models import Attempt, Delivery, Subscription
-from plantstore.webhooks.config import WebhookConfigError, parse_schedule
+from plantstore.settings import BY_KEY, SettingError
 from plantstore.webhooks.sender import parse_retry_after
 from webhook_helpers import Answer, make_receiver, subscribe, verify  # noqa: F401
 
@@ -205,13 +205,13 @@ def test_with_no_overlap_a_rotated_secret_stops_signing_at_once(
     ("", ()),
 ])
 def test_the_retry_schedule_is_read_from_any_shape_the_environment_gives(raw, expected):
-    assert parse_schedule(raw) == expected
+    assert BY_KEY["WEBHOOK_RETRY_SCHEDULE"].read(raw) == expected
 
 
 @pytest.mark.parametrize("raw", ["5,soon", "-1,5", True, {"a": 1}])
 def test_a_malformed_retry_schedule_is_refused(raw):
-    with pytest.raises(WebhookConfigError, match="WEBHOOK_RETRY_SCHEDULE"):
-        parse_schedule(raw)
+    with pytest.raises(SettingError, match="WEBHOOK_RETRY_SCHEDULE"):
+        BY_KEY["WEBHOOK_RETRY_SCHEDULE"].read(raw)
 
 
 def test_the_schedule_and_timeouts_come_from_plantstore_environment_variables(
@@ -225,7 +225,7 @@ def test_the_schedule_and_timeouts_come_from_plantstore_environment_variables(
 
 
 def test_a_malformed_webhook_setting_stops_the_app_from_starting(database_url):
-    with pytest.raises(WebhookConfigError, match="WEBHOOK_READ_TIMEOUT"):
+    with pytest.raises(SettingError, match="WEBHOOK_READ_TIMEOUT"):
         create_app({"DATABASE_URL": database_url, "WEBHOOK_READ_TIMEOUT": "soon"})
 
 
