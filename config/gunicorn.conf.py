@@ -21,9 +21,6 @@ Logs are JSON lines: access lines on stdout, everything else on stderr.
 """
 import multiprocessing
 import os
-import queue
-import shutil
-import signal
 import tempfile
 
 # Metric storage must be chosen before prometheus_client is first imported
@@ -37,15 +34,13 @@ os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
 # Imported here, in the master, so post_fork stays instant: a SIGTERM that
 # reaches a worker before gunicorn installs its signal handlers is lost.
-from prometheus_client import multiprocess  # noqa: E402
+from plantstore import gunicorn as plantstore_gunicorn  # noqa: E402
 
-from plantstore.db import reset_after_fork  # noqa: E402
-from plantstore.logs import gunicorn_logconfig  # noqa: E402
-from plantstore.protocol_errors import install as answer_protocol_errors_in_json  # noqa: E402
-
+# An unusable PLANTSTORE_* setting stops the server here, in one line.
+plantstore_gunicorn.check_configuration()
 # Requests gunicorn refuses itself (URI too long, too many headers,
 # malformed HTTP) get the service's JSON error shape, not an HTML page.
-answer_protocol_errors_in_json()
+plantstore_gunicorn.answer_protocol_errors_in_json()
 
 bind = os.environ.get("GUNICORN_BIND") or f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2))
@@ -80,50 +75,13 @@ forwarder_headers = ""
 accesslog = "-"
 errorlog = "-"
 loglevel = os.environ.get("LOG_LEVEL", "info")
-logger_class = "plantstore.logs.JSONAccessLogger"
-logconfig_dict = gunicorn_logconfig(loglevel.upper())
+logger_class = "plantstore.gunicorn.JSONAccessLogger"
+logconfig_dict = plantstore_gunicorn.logconfig(loglevel.upper())
 
-
-def post_fork(server, worker):
-    """Drop inherited database connections; never lose an early SIGTERM.
-
-    Until the worker installs its own signal handlers (next, in
-    init_process), a SIGTERM runs the master's handler, which only queues it
-    in this process's copy of the master's queue: a stop sent while the
-    worker boots would be ignored until the graceful timeout kills it. From
-    here on the worker's own handler takes it, and one already queued is
-    honoured: the worker exits as soon as it has booted.
-    """
-    signal.signal(signal.SIGTERM, worker.handle_exit)
-    reset_after_fork()
-    if _stop_was_queued(server.SIG_QUEUE):
-        worker.alive = False
-
-
-def _stop_was_queued(signals):
-    """Whether the master's signal queue (as copied into a worker) holds a stop."""
-    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
-    if isinstance(signals, list):  # gunicorn < 24
-        return any(sig in stops for sig in signals)
-    found = False
-    while True:
-        try:
-            found = signals.get_nowait() in stops or found
-        except queue.Empty:
-            return found
-
-
-def child_exit(server, worker):
-    """Forget the live gauges of a worker that exited (prometheus multiprocess)."""
-    multiprocess.mark_process_dead(worker.pid)
-
-
-def on_exit(server):
-    """Remove the temporary metrics directory this server start created.
-
-    A master started by a USR2 upgrade gets the original environment, so it
-    makes (and later removes) its own directory: this one is nobody else's.
-    """
-    owned = os.environ.get("GUNICORN_OWNED_METRICS_DIR")
-    if owned and owned == os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        shutil.rmtree(owned, ignore_errors=True)
+# A worker drops the database connections it inherited and honours a stop
+# sent while it booted (see plantstore/gunicorn.py).
+post_fork = plantstore_gunicorn.reset_after_fork
+# Metrics: a worker that exited is forgotten; the temporary metrics
+# directory made above is removed when the server stops.
+child_exit = plantstore_gunicorn.forget_exited_worker
+on_exit = plantstore_gunicorn.remove_owned_metrics_dir

@@ -9,10 +9,11 @@ from .db import init_database
 from .cli import register_commands
 from .errors import register_error_handlers
 from .health import blp as health_blp
-from .logs import init_request_ids
+from .logs import init_logging
 from .metrics import init_metrics
-from .openapi import complete_spec, register_converters, spec_config
+from .openapi import complete_spec, register_converters, spec_config, spec_kwargs
 from .plants.routes import blp as plants_blp
+from .request_ids import init_request_ids
 from .webhooks.config import init_app as init_webhooks
 
 __version__ = "1.0.0"
@@ -27,13 +28,14 @@ def create_app(config=None):
     # Keep fields in the order schemas declare them ("error" before "message").
     app.json.sort_keys = False
     app.config.update(spec_config())
+    init_logging(app)
     init_database(app)
     init_webhooks(app)
     init_request_ids(app)
     init_metrics(app)
     register_error_handlers(app)
 
-    api = Api(app)
+    api = Api(app, spec_kwargs=spec_kwargs(app))
     register_converters(app, api)
     api.register_blueprint(plants_blp)
     complete_spec(app, api)

@@ -9,9 +9,10 @@ import threading
 from urllib.parse import parse_qsl, urlsplit
 
 import peewee
-from peewee import DatabaseProxy, OperationalError, SqliteDatabase
+from peewee import DatabaseProxy, InterfaceError, OperationalError, SqliteDatabase
 from playhouse.migrations import Runner
-from playhouse.pool import PooledPostgresqlDatabase, PooledSqliteDatabase
+from playhouse.pool import (MaxConnectionsExceeded, PooledPostgresqlDatabase,
+                            PooledSqliteDatabase)
 
 from .settings import SettingError
 
@@ -175,6 +176,31 @@ class Statement:
                          for field, value in zip(fields, row)}) for row in rows]
 
 
+def configured_database(config):
+    """The database a filled config names (``SettingError`` if its URL is unusable)."""
+    try:
+        return database_from_url(config["DATABASE_URL"], config["DATABASE_POOL_SIZE"])
+    except ValueError as error:
+        raise SettingError(f"PLANTSTORE_DATABASE_URL is unusable: {error}") from None
+
+
+DATABASE_FAILURES = (OperationalError, InterfaceError, MaxConnectionsExceeded)
+"""What a query raises when the database may be unavailable (see ``is_unavailable``)."""
+
+# SQLite says OperationalError for its own bugs' kin too ("no such table",
+# syntax errors); only these mean the file is busy or out of reach.
+SQLITE_UNAVAILABLE = ("database is locked", "unable to open database file",
+                      "disk i/o error", "database is busy")
+
+
+def is_unavailable(error):
+    """True when ``error`` means the database cannot serve now (down, restarting,
+    out of connections, locked too long), so that retrying later may succeed."""
+    if isinstance(error, OperationalError) and is_sqlite():
+        return str(error).lower().startswith(SQLITE_UNAVAILABLE)
+    return isinstance(error, DATABASE_FAILURES)
+
+
 def is_sqlite():
     """True when the bound database is SQLite (its locking differs)."""
     return isinstance(database.obj, SqliteDatabase)
@@ -186,22 +212,12 @@ def init_database(app):
     Connections open lazily on the first query of a request and go back to
     the pool when the request ends, whatever happened in it.
     """
-    try:
-        database.initialize(database_from_url(
-            app.config["DATABASE_URL"], app.config["DATABASE_POOL_SIZE"]))
-    except ValueError as error:
-        raise SettingError(f"PLANTSTORE_DATABASE_URL is unusable: {error}") from None
+    database.initialize(configured_database(app.config))
 
     @app.teardown_request
     def release_connection(exc):
         if not database.is_closed():
             database.close()
-
-
-def reset_after_fork():
-    """Forget connections inherited from a parent process (gunicorn post_fork)."""
-    if database.obj is not None:
-        database.dispose()
 
 
 def migration_runner():

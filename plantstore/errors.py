@@ -11,7 +11,13 @@ import marshmallow as ma
 from flask import current_app, json, request
 from werkzeug.exceptions import HTTPException, InternalServerError
 
+from .db import DATABASE_FAILURES, is_unavailable
+
 log = logging.getLogger(__name__)
+
+RETRY_AFTER_SECONDS = 5
+"""What a 503 asks a client to wait before it tries again."""
+
 
 class ErrorSchema(ma.Schema):
     """An error answer (documentation of the shape ``error_response`` writes)."""
@@ -98,6 +104,21 @@ def handle_http_exception(error):
     return error_response(error.code, message, headers=headers)
 
 
+def database_unavailable_response():
+    """The 503 a request gets while the database cannot serve it."""
+    return error_response(503, "The database is unavailable; try again shortly.",
+                          headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+
+def handle_database_failure(error):
+    """A 503 while the database is unavailable (logged in one line); else a bug."""
+    if not is_unavailable(error):
+        return handle_unexpected_exception(error)
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    log.warning("database unavailable: %s", reason)
+    return database_unavailable_response()
+
+
 def handle_unexpected_exception(error):
     """Log a bug with its traceback; tell the client only that it happened."""
     if isinstance(error, HTTPException):
@@ -109,4 +130,6 @@ def handle_unexpected_exception(error):
 def register_error_handlers(app):
     """Route every error the app can raise through the one JSON shape."""
     app.register_error_handler(HTTPException, handle_http_exception)
+    for failure in DATABASE_FAILURES:
+        app.register_error_handler(failure, handle_database_failure)
     app.register_error_handler(Exception, handle_unexpected_exception)

@@ -2,7 +2,7 @@
 from flask import Blueprint
 
 from .db import database
-from .errors import error_response
+from .errors import database_unavailable_response
 
 blp = Blueprint("health", __name__)
 
@@ -19,5 +19,5 @@ def readyz():
     try:
         database.execute_sql("SELECT 1").fetchone()
     except Exception:  # any driver error means "not ready", never a 500
-        return error_response(503, "The database is unreachable.")
+        return database_unavailable_response()
     return {"status": "ready"}

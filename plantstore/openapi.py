@@ -6,6 +6,7 @@ bounds taken from configuration, the "New Plant" webhook (apispec has no
 notion of OpenAPI 3.1 ``webhooks``), and Swagger UI served from the
 installed flask-swagger-ui package, with no CDN.
 """
+import apispec
 from flask_swagger_ui import get_swaggerui_blueprint
 from werkzeug.routing import BaseConverter
 
@@ -63,29 +64,41 @@ def spec_config():
     }
 
 
-def _document_list_bounds(spec, config):
-    """Write the configured default and maximum of ``limit`` into the document."""
-    operation = spec._paths["/plants"]["get"]
-    for parameter in operation["parameters"]:
-        if parameter["name"] == "limit":
-            parameter["schema"]["maximum"] = config["LIST_LIMIT_MAX"]
-            parameter["schema"]["default"] = min(config["LIST_LIMIT_DEFAULT"],
-                                                 config["LIST_LIMIT_MAX"])
+class PlantstorePlugin(apispec.BasePlugin):
+    """What the document learns from the app rather than from the routes.
 
-
-def _document_links(spec):
-    """Link a create to the delete of what it created (OpenAPI ``links``).
-
-    The create answer carries no id (the contract says so), so the link
-    takes it from the request body. Clients and stateful testers learn from
-    it that the id they sent is the one to delete.
+    - the configured default and maximum of ``GET /plants``' ``limit``;
+    - a link from a create to the delete of what it created (OpenAPI
+      ``links``): the create answer carries no id (the contract says so), so
+      the link takes it from the request body, and clients and stateful
+      testers learn that the id they sent is the one to delete.
     """
-    created = spec._paths["/plants"]["post"]["responses"]["200"]
-    created["links"] = {"DeletePlant": {
-        "operationRef": "#/paths/~1plants~1%7Bid%7D/delete",
-        "parameters": {"id": "$request.body#/id"},
-        "description": "The id sent in the create request deletes the new plant.",
-    }}
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+
+    def operation_helper(self, path=None, operations=None, **kwargs):
+        if path != "/plants" or not operations:
+            return
+        for parameter in operations.get("get", {}).get("parameters", []):
+            if parameter.get("name") == "limit":
+                parameter["schema"]["maximum"] = self.config["LIST_LIMIT_MAX"]
+                parameter["schema"]["default"] = self.config["LIST_LIMIT_DEFAULT"]
+        responses = operations.get("post", {}).get("responses", {})
+        # Status codes are still integers here; apispec makes them strings later.
+        created = responses.get(200, responses.get("200"))
+        if created is not None:
+            created["links"] = {"DeletePlant": {
+                "operationRef": "#/paths/~1plants~1%7Bid%7D/delete",
+                "parameters": {"id": "$request.body#/id"},
+                "description": "The id sent in the create request deletes the new plant.",
+            }}
+
+
+def spec_kwargs(app):
+    """The ``spec_kwargs`` of the app's ``Api``: the plugin above."""
+    return {"extra_plugins": [PlantstorePlugin(app.config)]}
 
 
 def register_converters(app, api):
@@ -104,8 +117,6 @@ def complete_spec(app, api):
         api.spec.components.schema("NewPlant", schema=NewPlantSchema)
     # smorest's page-number pagination is not used: plants page by keyset.
     api.spec.components.schemas.pop("PaginationMetadata", None)
-    _document_list_bounds(api.spec, app.config)
-    _document_links(api.spec)
     app.register_blueprint(get_swaggerui_blueprint(
         DOCS_PATH, "/openapi.json",
         config={"app_name": API_TITLE, "persistAuthorization": True,

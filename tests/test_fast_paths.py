@@ -20,8 +20,8 @@ from conftest import assert_error, bearer
 from plantstore import db
 from plantstore.api import Blueprint
 from plantstore.auth import find_caller, issue_token
-from plantstore.logs import (REQUEST_ID_ENVIRON_KEY, JSONAccessLogger, JSONFormatter,
-                             _plain_json_stream_handler)
+from plantstore.gunicorn import JSONAccessLogger, _plain_json_stream_handler
+from plantstore.logs import REQUEST_ID_ENVIRON_KEY, JSONFormatter
 from plantstore.models import Plant, Subscription, User, utcnow
 from plantstore.plants import queries
 from plantstore.plants.schemas import PlantQueryArgsSchema, PlantSchema
@@ -234,7 +234,7 @@ def test_concurrent_sqlite_writers_of_one_process_all_commit(sqlite_file):
 
 @pytest.fixture
 def access_logger():
-    """gunicorn's JSON access logger writing to a string, as ``gunicorn_logconfig`` sets it up.
+    """gunicorn's JSON access logger writing to a string, as ``plantstore.gunicorn.logconfig`` sets it up.
 
     The ``gunicorn.*`` loggers are process-wide: their set-up is restored after.
     """

@@ -1,16 +1,14 @@
 """The three plant operations: create, list (keyset-paged), delete."""
-import functools
 import re
 from decimal import Decimal
 
-from flask import current_app, g, json, request
+from flask import current_app, g, request
 from flask_smorest import abort
 from peewee import IntegrityError
 
-from ..api import Blueprint
-from ..auth import READ, WRITE, require_scope
+from ..api import Blueprint, json_response
+from ..auth import READ, WRITE
 from ..db import database
-from ..errors import ErrorSchema
 from ..models import Plant
 from ..webhooks import dispatch, outbox
 from . import queries
@@ -28,38 +26,11 @@ LINK_HEADER_DOC = {"Link": {
     "schema": {"type": "string"}}}
 
 
-def _errors(*statuses):
-    """Document the error answers an operation really gives."""
-    def decorate(view):
-        for status in statuses:
-            view = blp.alt_response(status, schema=ErrorSchema)(view)
-        return view
-    return decorate
-
-
-def _json_response(body, status=200, headers=None):
-    """A response whose body is ``body`` dumped as the app's JSON provider does."""
-    return current_app.response_class(
-        json.dumps(body), status=status, headers=headers, mimetype="application/json")
-
-
-def json_body_required(view):
-    """415 unless the request body is declared as JSON (checked after auth)."""
-    @functools.wraps(view)
-    def checked(*args, **kwargs):
-        if not request.is_json:
-            abort(415, message="The request body must be JSON "
-                               "(Content-Type: application/json).")
-        return view(*args, **kwargs)
-    return checked
-
-
 @blp.route("/plants", methods=["GET"])
-@require_scope(READ)
+@blp.login_required(READ)
 @blp.arguments(PlantQueryArgsSchema, location="query", as_kwargs=True)
 @blp.response(200, PlantSchema(many=True), headers=LINK_HEADER_DOC,
               description="Plant response")
-@_errors(401, 403)
 def list_plants(limit=None, after=None):
     """Returns all plants from the system that the user has access to.
 
@@ -78,16 +49,15 @@ def list_plants(limit=None, after=None):
         rows = rows[:limit]
         next_page = f"{request.script_root}/plants?limit={limit}&after={rows[-1][0]}"
         headers["Link"] = f'<{next_page}>; rel="next"'
-    return _json_response([plant_json(name, tag) for _, name, tag in rows],
+    return json_response([plant_json(name, tag) for _, name, tag in rows],
                           headers=headers)
 
 
 @blp.route("/plants", methods=["POST"])
-@require_scope(WRITE)
-@json_body_required
-@blp.arguments(NewPlantSchema, description="Plant to add to the store")
+@blp.login_required(WRITE)
+@blp.json_body(NewPlantSchema, description="Plant to add to the store")
 @blp.response(200, PlantSchema, description="plant response")
-@_errors(401, 403, 409, 413, 415)
+@blp.documents_errors(409)
 def create_plant(new_plant):
     """Creates a new plant in the store.
 
@@ -101,7 +71,7 @@ def create_plant(new_plant):
     except IntegrityError:
         abort(409, message=f"A plant with id {new_plant['id']} already exists.")
     dispatch.send_after_commit(deliveries)
-    return _json_response(plant_json(plant.name, plant.tag))
+    return json_response(plant_json(plant.name, plant.tag))
 
 
 def _plant_id(raw):
@@ -115,9 +85,9 @@ def _plant_id(raw):
 
 
 @blp.route("/plants/<plant_id:id>", methods=["DELETE"])
-@require_scope(WRITE)
+@blp.login_required(WRITE)
 @blp.response(204, description="Plant deleted")
-@_errors(400, 401, 403, 404)
+@blp.documents_errors(400, 404)
 def delete_plant(id):
     """Deletes a single plant based on the ID supplied."""
     plant_id = _plant_id(id)

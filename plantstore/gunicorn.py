@@ -1,0 +1,185 @@
+"""Everything gunicorn-specific, used by ``config/gunicorn.conf.py``.
+
+- ``JSONAccessLogger``: gunicorn's logger with a JSON access line.
+- ``logconfig``: the ``logconfig_dict`` sending gunicorn's and the app's
+  records as JSON lines, access lines to stdout, the rest to stderr.
+- ``answer_protocol_errors_in_json``: requests gunicorn refuses itself (URI
+  too long, too many headers, malformed HTTP) get the service's JSON error
+  shape instead of an HTML page.
+- ``reset_after_fork``: a worker forgets the database connections and the
+  signal queue it inherited from the master.
+- ``forget_exited_worker`` and ``remove_owned_metrics_dir``: the per-worker
+  metric files of prometheus_client's multiprocess mode.
+- ``check_configuration``: the master refuses to start, with one line, when
+  a ``PLANTSTORE_*`` setting is unusable.
+"""
+import json
+import logging
+import os
+import queue
+import shutil
+import signal
+import sys
+import time
+
+from gunicorn import glogging, util
+from prometheus_client import multiprocess
+
+from . import logs, settings
+from .db import configured_database, database
+
+
+class JSONAccessLogger(glogging.Logger):
+    """gunicorn's logger, whose access line is a JSON object.
+
+    Only the fields below are gathered, instead of gunicorn's every header
+    and environ variable, so a request pays little for its line. With the
+    logging set-up of ``logconfig`` the line is written straight to the
+    access handler's stream, byte for byte what ``logs.JSONFormatter`` would
+    make of the record, without building the record and passing it through
+    logging's layers (a tenth of a worker's time under load).
+    """
+
+    def access(self, resp, req, environ, request_time):
+        if not self.access_log_enabled:
+            return
+        status = resp.status
+        if isinstance(status, str):
+            status = status.split(None, 1)[0]
+        try:
+            status = int(status)
+        except (TypeError, ValueError):
+            pass
+        method = environ.get("REQUEST_METHOD")
+        path = environ.get("PATH_INFO")
+        fields = {
+            "request_id": environ.get(logs.REQUEST_ID_ENVIRON_KEY),
+            "remote_addr": environ.get("REMOTE_ADDR"),
+            "scheme": environ.get("wsgi.url_scheme"),
+            "host": environ.get("HTTP_HOST"),
+            "method": method,
+            "path": path,
+            "query": environ.get("QUERY_STRING") or None,
+            "status": status,
+            "bytes": getattr(resp, "sent", None),
+            "duration_ms": round(request_time.total_seconds() * 1000, 3),
+            "user_agent": environ.get("HTTP_USER_AGENT"),
+        }
+        try:
+            handler = _plain_json_stream_handler(self.access_log)
+            if handler is None:
+                self.access_log.info("%s %s %s", method, path, status,
+                                     extra={"fields": fields})
+                return
+            line = logs.encode_json(logs.json_entry(
+                time.time(), "info", self.access_log.name, os.getpid(),
+                "%s %s %s" % (method, path, status), fields))
+            with handler.lock:
+                handler.stream.write(line + handler.terminator)
+                handler.flush()
+        except Exception:  # a log line must never break a response
+            self.exception("could not write the access log line")
+
+
+def _plain_json_stream_handler(logger):
+    """The handler to write ``logger``'s INFO lines to directly, or None.
+
+    That is its one ``StreamHandler`` formatting with ``JSONFormatter``
+    (what ``logconfig`` sets up), when nothing else (filters, levels,
+    propagation to other handlers) could change what logging would do with
+    the record. Any other set-up goes through logging as usual.
+    """
+    handlers = logger.handlers
+    if len(handlers) != 1 or logger.propagate or logger.filters \
+            or not logger.isEnabledFor(logging.INFO):
+        return None
+    handler = handlers[0]
+    if type(handler) is not logging.StreamHandler \
+            or type(handler.formatter) is not logs.JSONFormatter \
+            or handler.filters or handler.level > logging.INFO:
+        return None
+    return handler
+
+
+def logconfig(level="INFO"):
+    """gunicorn's ``logconfig_dict``: JSON lines, access to stdout, the rest to stderr."""
+    config = logs.logconfig(level)
+    config["loggers"] = {
+        "gunicorn.error": {"level": level, "handlers": ["stderr"], "propagate": False},
+        "gunicorn.access": {"level": "INFO", "handlers": ["stdout"], "propagate": False},
+    }
+    return config
+
+
+def write_json_error(sock, status_int, reason, mesg):
+    """gunicorn's ``util.write_error``, answering JSON instead of HTML."""
+    message = f"{reason}: {mesg}" if mesg else reason
+    if not message.endswith("."):
+        message += "."
+    # ensure_ascii keeps the body ASCII, so its length in characters is its
+    # length in bytes and latin-1 (what gunicorn writes) can encode it.
+    body = json.dumps({"error": status_int, "message": message})
+    head = (f"HTTP/1.1 {status_int} {reason}\r\n"
+            "Connection: close\r\n"
+            "Content-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n")
+    util.write_nonblock(sock, (head + body).encode("latin-1"))
+
+
+def answer_protocol_errors_in_json():
+    """Make gunicorn (this process and the workers it forks) answer in JSON."""
+    util.write_error = write_json_error
+
+
+def reset_after_fork(server, worker):
+    """Drop inherited database connections; never lose an early SIGTERM.
+
+    Until the worker installs its own signal handlers (next, in
+    init_process), a SIGTERM runs the master's handler, which only queues it
+    in this process's copy of the master's queue: a stop sent while the
+    worker boots would be ignored until the graceful timeout kills it. From
+    here on the worker's own handler takes it, and one already queued is
+    honoured: the worker exits as soon as it has booted.
+    """
+    signal.signal(signal.SIGTERM, worker.handle_exit)
+    if database.obj is not None:
+        database.dispose()
+    if _stop_was_queued(server.SIG_QUEUE):
+        worker.alive = False
+
+
+def _stop_was_queued(signals):
+    """Whether the master's signal queue (as copied into a worker) holds a stop."""
+    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+    if isinstance(signals, list):  # gunicorn < 24
+        return any(sig in stops for sig in signals)
+    found = False
+    while True:
+        try:
+            found = signals.get_nowait() in stops or found
+        except queue.Empty:
+            return found
+
+
+def check_configuration():
+    """Exit with one line on stderr if a setting is unusable (before any fork)."""
+    try:
+        configured_database(settings.read())
+    except settings.SettingError as error:
+        sys.exit(f"Error: {error}")
+
+
+def forget_exited_worker(server, worker):
+    """Forget the live gauges of a worker that exited (gunicorn ``child_exit``)."""
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def remove_owned_metrics_dir(server):
+    """Remove the temporary metrics directory this server start made (``on_exit``).
+
+    A master started by a USR2 upgrade gets the original environment, so it
+    makes (and later removes) its own directory: this one is nobody else's.
+    """
+    owned = os.environ.get("GUNICORN_OWNED_METRICS_DIR")
+    if owned and owned == os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        shutil.rmtree(owned, ignore_errors=True)

@@ -1,0 +1,108 @@
+"""The database going away is a 503 with Retry-After, never a 500, and
+service resumes by itself when it is back."""
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import assert_error, bearer, free_port
+from plantstore import create_app, db
+from plantstore.auth import issue_token
+from plantstore.models import User
+
+PG_BIN = "/usr/lib/postgresql/15/bin"
+
+
+def _unreachable_urls():
+    """A PostgreSQL nobody listens on, and a SQLite file that cannot be opened."""
+    return [f"postgresql://postgres@127.0.0.1:{free_port()}/nothing",
+            "sqlite:////nonexistent-directory/plantstore.db"]
+
+
+def assert_unavailable(response):
+    """The contract's 503, with a Retry-After in seconds."""
+    assert_error(response, 503)
+    assert int(response.headers["Retry-After"]) > 0
+
+
+@pytest.mark.parametrize("url", _unreachable_urls(), ids=["postgresql", "sqlite"])
+def test_every_route_needing_the_database_is_a_503_while_it_is_unreachable(url):
+    client = create_app({"TESTING": True, "DATABASE_URL": url}).test_client()
+    token = bearer("pst_" + "x" * 43)
+    assert_unavailable(client.get("/plants", headers=token))
+    assert_unavailable(client.post("/plants", json={"id": 1, "name": "Fern"}, headers=token))
+    assert_unavailable(client.delete("/plants/1", headers=token))
+    assert_unavailable(client.get("/readyz"))
+    assert client.get("/healthz").status_code == 200
+
+
+class ThrowawayPostgres:
+    """A PostgreSQL cluster of the test's own, in a temporary directory."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="plantstore-pg-")
+        shutil.chown(self.dir, "postgres")
+        self.data = os.path.join(self.dir, "data")
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args):
+        subprocess.run(["runuser", "-u", "postgres", "--", *args], check=True,
+                       capture_output=True, timeout=60)
+
+    def init(self):
+        self._run(f"{PG_BIN}/initdb", "-A", "trust", "-U", "postgres", "-D", self.data)
+        return self
+
+    def start(self):
+        self._run(f"{PG_BIN}/pg_ctl", "-D", self.data, "-w", "-t", "30",
+                  "-o", f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1",
+                  "-l", os.path.join(self.dir, "log"), "start")
+
+    def stop(self):
+        self._run(f"{PG_BIN}/pg_ctl", "-D", self.data, "-w", "-t", "30", "-m", "fast", "stop")
+
+    def remove(self):
+        subprocess.run(["runuser", "-u", "postgres", "--", f"{PG_BIN}/pg_ctl", "-D",
+                        self.data, "-m", "immediate", "stop"], capture_output=True, timeout=60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def throwaway_postgres():
+    if not os.path.exists(f"{PG_BIN}/initdb") or shutil.which("runuser") is None:
+        pytest.skip("needs PostgreSQL 15's server binaries and runuser")
+    server = ThrowawayPostgres().init()
+    server.start()
+    yield server
+    server.remove()
+
+
+@pytest.mark.slow
+def test_a_restarted_postgresql_is_a_503_meanwhile_then_served_again(throwaway_postgres):
+    app = create_app({"TESTING": True, "DATABASE_URL": throwaway_postgres.url})
+    with app.app_context():
+        db.upgrade()
+        with db.database.atomic():
+            _, secret = issue_token(User.create(name="alice"))
+    client = app.test_client()
+    assert client.post("/plants", json={"id": 1, "name": "Fern"},
+                       headers=bearer(secret)).status_code == 200
+
+    throwaway_postgres.stop()
+    assert_unavailable(client.get("/plants", headers=bearer(secret)))
+    assert_unavailable(client.post("/plants", json={"id": 2, "name": "Moss"},
+                                   headers=bearer(secret)))
+    assert_unavailable(client.get("/readyz"))
+
+    throwaway_postgres.start()
+    deadline = time.monotonic() + 30
+    while client.get("/plants", headers=bearer(secret)).status_code != 200:
+        assert time.monotonic() < deadline, "service did not resume after the restart"
+        time.sleep(0.2)
+    assert client.get("/plants", headers=bearer(secret)).get_json() == [{"name": "Fern"}]
+    assert client.get("/readyz").status_code == 200
+    db.database.close_all()
