@@ -1,5 +1,5 @@
 """The core operations end to end through the app's test client."""
-from conftest import bearer
+from helpers import bearer
 
 
 def test_create_list_delete_round_trip(client, alice):
