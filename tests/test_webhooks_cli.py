@@ -54,6 +54,7 @@ def test_the_installed_command_prints_only_the_json_object_on_stdout(app, databa
     assert Subscription.get_by_id(created["id"]).bearer_token == "t0k"
 
 
+@pytest.mark.slow
 def test_a_malformed_webhook_setting_is_named_without_a_traceback(app, database_url):
     result = run_plantstore(
         "worker", "--once",

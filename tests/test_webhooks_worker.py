@@ -87,6 +87,7 @@ def test_deliveries_of_a_process_that_died_after_the_commit_wait_out_its_lease(
     assert verify(secret, got) == {"id": 1, "name": "fern"}
 
 
+@pytest.mark.slow
 def test_worker_once_delivers_what_waited_while_the_receiver_was_down(
         client, runner, alice, database_url, make_receiver):
     port = free_port()
@@ -108,6 +109,7 @@ def test_worker_once_delivers_what_waited_while_the_receiver_was_down(
     assert Delivery.get().status == Delivery.DELIVERED
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT],
                          ids=["SIGTERM", "SIGINT"])
 def test_the_worker_polls_for_due_deliveries_and_stops_cleanly_on_a_signal_after_the_one_under_way(
@@ -136,6 +138,7 @@ def test_the_worker_polls_for_due_deliveries_and_stops_cleanly_on_a_signal_after
     assert len(receiver.requests) == 2
 
 
+@pytest.mark.slow
 def test_every_create_answered_200_reaches_the_receiver_after_gunicorn_is_sigkilled_mid_burst(
         app, runner, alice, database_url, gunicorn_server, make_receiver):
     # Odd ids fail at first, so only a worker can deliver them.
