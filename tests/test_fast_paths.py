@@ -16,7 +16,7 @@ from gunicorn.config import Config as GunicornConfig
 from peewee import IntegrityError, OperationalError
 from webargs.flaskparser import FlaskParser
 
-from conftest import assert_error, bearer
+from helpers import assert_error, bearer, seed
 from plantstore import db
 from plantstore.api import Blueprint
 from plantstore.auth import find_caller, issue_token
@@ -26,14 +26,6 @@ from plantstore.models import Plant, Subscription, User, utcnow
 from plantstore.plants import queries
 from plantstore.plants.schemas import PlantQueryArgsSchema, PlantSchema
 from plantstore.webhooks.outbox import _ACTIVE_SUBSCRIPTIONS
-
-
-def seed(owner_name, ids, tag=None):
-    """Store plants of ``owner_name`` straight in the database."""
-    with db.database.atomic():
-        owner = User.get(User.name == owner_name)
-        Plant.insert_many([{"id": i, "owner": owner.id, "name": f"plant {i}", "tag": tag}
-                           for i in ids]).execute()
 
 
 def peewee_page(caller, after, limit):

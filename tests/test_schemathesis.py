@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 from plantstore.models import Plant
 
 SCHEMATHESIS = str(Path(sys.executable).with_name("schemathesis"))
