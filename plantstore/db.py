@@ -130,11 +130,16 @@ def database_from_url(url, pool_size=8):
 class Statement:
     """A peewee query compiled to SQL once per database, then run with fresh values.
 
-    Compiling a query costs more than SQLite takes to run it, so the hot
-    paths (token lookup, the plant list) keep theirs. ``build`` makes the
-    peewee query from its parameter values; called once with ``example``,
-    it must yield exactly those values as the SQL's parameters, in order,
-    so that later runs can pass their own values in the same places.
+    Only for statements every request runs, where building and compiling
+    the peewee query costs more than running it (measured with timeit on
+    SQLite: the token lookup 100 µs to build and compile, a list page 90 µs,
+    the plant insert 45 µs; running a compiled one 5 µs, of requests that
+    take 300-400 µs in all). Everything else is plain peewee.
+
+    ``build`` makes the peewee query from its parameter values; called once
+    with ``example``, it must yield exactly those values as the SQL's
+    parameters, in order, so that later runs can pass their own values in
+    the same places.
     """
 
     def __init__(self, build, *example):

@@ -17,7 +17,7 @@ import pytest
 
 from plantstore import create_app, db
 from plantstore.auth import ALL_SCOPES, issue_token
-from plantstore.models import ALL_MODELS, User
+from plantstore.models import User
 
 pytest.register_assert_rewrite("helpers")  # before any module imports it
 pytest_plugins = ["plugins.servers", "plugins.webhooks"]
@@ -72,7 +72,8 @@ def app(database_url, app_config):
     """The app bound to a clean, migrated database."""
     application = create_app({"TESTING": True, "DATABASE_URL": database_url, **app_config})
     if POSTGRES_URL:
-        tables = ", ".join(f'"{model._meta.table_name}"' for model in ALL_MODELS)
+        tables = ", ".join(f'"{table}"' for table in db.database.get_tables()
+                           if table != db.migration_runner().table_name)
         with db.database.connection_context():
             db.database.execute_sql(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
     else:

@@ -11,7 +11,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 from helpers import create_plant
 from plantstore import create_app
 from plantstore.models import Attempt, Delivery, Subscription
-from plantstore.settings import BY_KEY, SettingError
+from plantstore.settings import SETTINGS, SettingError
 from plantstore.webhooks.sender import parse_retry_after
 from plugins.webhooks import (QUICK_SENDS, RETRY_AT_ONCE, RETRY_EVERY_SECOND, Answer,
                               run_worker, sleep_until, subscribe, verify, wait_for_attempts)
@@ -164,6 +164,9 @@ def test_with_no_overlap_a_rotated_secret_stops_signing_at_once(
         verify(old_secret, got)
 
 
+RETRY_SCHEDULE = next(s for s in SETTINGS if s.key == "WEBHOOK_RETRY_SCHEDULE")
+
+
 @pytest.mark.parametrize("raw, expected", [
     ("5,300,1800", (5.0, 300.0, 1800.0)),
     (" 5 , 300 ", (5.0, 300.0)),
@@ -174,13 +177,13 @@ def test_with_no_overlap_a_rotated_secret_stops_signing_at_once(
     ("", ()),
 ])
 def test_the_retry_schedule_is_read_from_any_shape_the_environment_gives(raw, expected):
-    assert BY_KEY["WEBHOOK_RETRY_SCHEDULE"].read(raw) == expected
+    assert RETRY_SCHEDULE.read(raw) == expected
 
 
 @pytest.mark.parametrize("raw", ["5,soon", "-1,5", True, {"a": 1}])
 def test_a_malformed_retry_schedule_is_refused(raw):
     with pytest.raises(SettingError, match="WEBHOOK_RETRY_SCHEDULE"):
-        BY_KEY["WEBHOOK_RETRY_SCHEDULE"].read(raw)
+        RETRY_SCHEDULE.read(raw)
 
 
 def test_the_schedule_and_timeouts_come_from_plantstore_environment_variables(
