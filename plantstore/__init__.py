@@ -4,7 +4,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from . import settings
 from .api import Api
-from .body_limit import Request
+from .request_body import Request
 from .db import init_database
 from .cli import register_commands
 from .errors import register_error_handlers
