@@ -15,14 +15,11 @@ from peewee import DatabaseError, IntegrityError
 
 from . import db
 from .auth import ALL_SCOPES, issue_token, revoke_token
+from .cli_params import ROW_ID
 from .logs import configure_process_logging
 from .models import Token, User, utcnow
 from .settings import SettingError
 from .webhooks.cli import COMMANDS as WEBHOOK_COMMANDS
-
-ROW_ID = click.IntRange(1, 2 ** 31 - 1)
-"""A stored row's id, as the CLI accepts one (ids are 32-bit integers)."""
-
 
 def _find_user(name):
     """The user called ``name``, or a one-line error."""
