@@ -38,8 +38,8 @@ def validate_url(ctx, param, url):
     """The URL if it is an absolute http(s) URL with a host; a usage error otherwise."""
     if not 1 <= len(url) <= URL_MAX_LENGTH or not _is_visible_text(url):
         raise click.BadParameter(
-            f"{url!r} is not a URL: 1 to {URL_MAX_LENGTH} characters, with no "
-            "spaces, line breaks or control characters (percent-encode them)")
+            f"a webhook URL is 1 to {URL_MAX_LENGTH} characters, with no spaces, "
+            "line breaks or control characters (percent-encode them)")
     try:
         parts = urlsplit(url)
         host = parts.hostname
