@@ -13,8 +13,9 @@ from . import queries
 from .schemas import (INT64_MAX, INT64_MIN, IntegerText, NewPlantSchema,
                       PlantQueryArgsSchema, PlantSchema, plant_json)
 
-PLANT_ID = IntegerText(INT64_MIN, INT64_MAX)
-"""The id in ``/plants/{id}``, read like every query and path integer."""
+PLANT_ID = IntegerText(INT64_MIN, INT64_MAX, json_spellings=True)
+"""The id in ``/plants/{id}``: also spelled as the create body may spell it
+(the document's link sends a created id back as it was written)."""
 
 blp = Blueprint("plants", __name__, description="Plants in the store")
 

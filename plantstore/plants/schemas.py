@@ -46,25 +46,32 @@ class IntegerText(ma.fields.Integer):
 
     ASCII digits with an optional leading ``-``, nothing else: Python's
     ``int()`` would also take ``1_0``, ``+1``, spaces and non-ASCII digits.
-    Values outside ``minimum``..``maximum`` are refused with the bound named,
-    and before ``int()`` runs on thousands of digits.
+    With ``json_spellings`` (the plant id in the path) an integral number
+    written as a JSON body may write it (``12.0``, ``1.2e1``) is taken too,
+    so the id a create sent always names its plant. Values outside
+    ``minimum``..``maximum`` are refused with the bound named, before
+    ``int()`` runs on thousands of digits.
     """
-    WRITTEN = re.compile(r"-?[0-9]+")
+    DIGITS = re.compile(r"-?[0-9]+")
+    JSON_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
     default_error_messages = {
         "invalid": "Must be an integer: ASCII digits with an optional leading -.",
         "too_small": "Must be greater than or equal to {minimum}.",
         "too_large": "Must be less than or equal to {maximum}.",
     }
 
-    def __init__(self, minimum, maximum, **kwargs):
+    def __init__(self, minimum, maximum, json_spellings=False, **kwargs):
         self.minimum, self.maximum = minimum, maximum
+        self.written = self.JSON_NUMBER if json_spellings else self.DIGITS
         metadata = {"minimum": minimum, "maximum": maximum, **kwargs.pop("metadata", {})}
         super().__init__(metadata=metadata, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
-        if not isinstance(value, str) or not self.WRITTEN.fullmatch(value):
+        if not isinstance(value, str) or not self.written.fullmatch(value):
             raise self.make_error("invalid")
         number = Decimal(value)
+        if number != number.to_integral_value():
+            raise self.make_error("invalid")
         if number < self.minimum:
             raise self.make_error("too_small", minimum=self.minimum)
         if number > self.maximum:
