@@ -13,6 +13,7 @@ import re
 
 ENV_PREFIX = "PLANTSTORE_"
 _INTEGER = re.compile(r"-?[0-9]+")
+_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?|-?\.[0-9]+([eE][+-]?[0-9]+)?")
 
 
 class SettingError(ValueError):
@@ -57,13 +58,16 @@ def integer(minimum, maximum):
 
 
 def _seconds_value(raw):
-    """A finite number of seconds from text or a number."""
+    """A finite number of seconds from text (ASCII decimal notation) or a number.
+
+    ``float()`` alone would also take ``1_0``, ``nan``, ``inf`` and
+    non-ASCII digits.
+    """
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
         raise ValueError(f"must be a number, not {raw!r}")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"must be a number, not {raw!r}") from None
+    if isinstance(raw, str) and not _NUMBER.fullmatch(raw.strip()):
+        raise ValueError(f"must be a number in decimal notation, not {raw!r}")
+    value = float(raw)
     if not math.isfinite(value):
         raise ValueError(f"must be a finite number, not {raw!r}")
     return value
@@ -119,7 +123,7 @@ HOUR, DAY = 3600, 86400
 
 SETTINGS = (
     Setting("DATABASE_URL", "sqlite:///plantstore.db",
-            text(r"\S+", "a database URL"),
+            text(r"\S{1,4096}", "a database URL (1 to 4096 characters, no spaces)"),
             "Where plants live: `sqlite:///relative.db`, `sqlite:////absolute.db` or "
             "`postgresql://user:password@host:port/dbname`."),
     Setting("DATABASE_POOL_SIZE", 8, integer(1, 1000),

@@ -8,10 +8,10 @@ import time
 import pytest
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from helpers import create_plant
+from helpers import create_plant, setting
 from plantstore import create_app
 from plantstore.models import Attempt, Delivery, Subscription
-from plantstore.settings import SETTINGS, SettingError
+from plantstore.settings import SettingError
 from plantstore.webhooks.sender import parse_retry_after
 from plugins.webhooks import (QUICK_SENDS, RETRY_AT_ONCE, RETRY_EVERY_SECOND, Answer,
                               run_worker, sleep_until, subscribe, verify, wait_for_attempts)
@@ -164,7 +164,7 @@ def test_with_no_overlap_a_rotated_secret_stops_signing_at_once(
         verify(old_secret, got)
 
 
-RETRY_SCHEDULE = next(s for s in SETTINGS if s.key == "WEBHOOK_RETRY_SCHEDULE")
+RETRY_SCHEDULE = setting("WEBHOOK_RETRY_SCHEDULE")
 
 
 @pytest.mark.parametrize("raw, expected", [

@@ -15,6 +15,7 @@ import click
 from flask import current_app
 from flask.cli import AppGroup, with_appcontext
 
+from ..cli_params import LIST_LIMIT, ROW_ID
 from ..db import database
 from ..models import Attempt, Delivery, Subscription, utcnow
 from . import dispatch, signing
@@ -29,8 +30,16 @@ def _when(moment):
     return f"{moment:{TIME}}" if moment else "-"
 
 
+URL_MAX_LENGTH = 2048
+BEARER_MAX_LENGTH = 4096
+
+
 def validate_url(ctx, param, url):
     """The URL if it is an absolute http(s) URL with a host; a usage error otherwise."""
+    if not 1 <= len(url) <= URL_MAX_LENGTH or not _is_visible_text(url):
+        raise click.BadParameter(
+            f"a webhook URL is 1 to {URL_MAX_LENGTH} characters, with no spaces, "
+            "line breaks or control characters (percent-encode them)")
     try:
         parts = urlsplit(url)
         host = parts.hostname
@@ -48,6 +57,23 @@ def validate_url(ctx, param, url):
             "credentials in the URL would be sent instead of the bearer token "
             "and shown by `webhooks list`; pass a token with --bearer")
     return url
+
+
+def validate_bearer(ctx, param, token):
+    """The token if it can be sent in an ``Authorization`` header; a usage error otherwise."""
+    if token is None:
+        return None
+    if not 1 <= len(token) <= BEARER_MAX_LENGTH or not token.isascii() \
+            or not _is_visible_text(token):
+        raise click.BadParameter(
+            f"a bearer token is 1 to {BEARER_MAX_LENGTH} visible ASCII characters "
+            "(no spaces, line breaks or control characters)")
+    return token
+
+
+def _is_visible_text(text):
+    """True when ``text`` has no whitespace and no control characters."""
+    return text.isprintable() and not any(char.isspace() for char in text)
 
 
 def _subscription(subscription_id):
@@ -71,7 +97,7 @@ def webhooks_cli():
 
 @webhooks_cli.command("add")
 @click.argument("url", callback=validate_url)
-@click.option("--bearer", metavar="TOKEN",
+@click.option("--bearer", metavar="TOKEN", callback=validate_bearer,
               help="Sent to the receiver as `Authorization: Bearer TOKEN`.")
 def webhooks_add(url, bearer):
     """Send every new plant to URL; prints {"id", "url", "secret"} as JSON.
@@ -101,7 +127,7 @@ def webhooks_list():
 
 
 @webhooks_cli.command("remove")
-@click.argument("subscription_id", type=int)
+@click.argument("subscription_id", type=ROW_ID)
 def webhooks_remove(subscription_id):
     """Delete receiver SUBSCRIPTION_ID with its deliveries."""
     subscription = _subscription(subscription_id)
@@ -111,7 +137,7 @@ def webhooks_remove(subscription_id):
 
 
 @webhooks_cli.command("rotate-secret")
-@click.argument("subscription_id", type=int)
+@click.argument("subscription_id", type=ROW_ID)
 def webhooks_rotate_secret(subscription_id):
     """Give SUBSCRIPTION_ID a new signing secret and print it.
 
@@ -132,7 +158,7 @@ def webhooks_rotate_secret(subscription_id):
 
 
 @webhooks_cli.command("enable")
-@click.argument("subscription_id", type=int)
+@click.argument("subscription_id", type=ROW_ID)
 def webhooks_enable(subscription_id):
     """Send to SUBSCRIPTION_ID again after it was disabled (e.g. by a 410).
 
@@ -155,7 +181,7 @@ def deliveries_cli():
 @click.option("--status", type=click.Choice([Delivery.PENDING, Delivery.FAILED,
                                              Delivery.DELIVERED]),
               help="Only deliveries in this state.")
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True,
+@click.option("--limit", type=LIST_LIMIT, default=100, show_default=True,
               help="Show at most this many, newest first.")
 def deliveries_list(status, limit):
     """List deliveries: id, state, subscription, webhook-id, attempts, then the
@@ -177,7 +203,7 @@ def deliveries_list(status, limit):
 
 
 @deliveries_cli.command("show")
-@click.argument("delivery_id", type=int)
+@click.argument("delivery_id", type=ROW_ID)
 def deliveries_show(delivery_id):
     """Show delivery DELIVERY_ID and every attempt at it."""
     delivery = _delivery(delivery_id)
@@ -212,7 +238,7 @@ def deliveries_show(delivery_id):
 
 
 @deliveries_cli.command("retry")
-@click.argument("delivery_id", type=int)
+@click.argument("delivery_id", type=ROW_ID)
 def deliveries_retry(delivery_id):
     """Re-send DELIVERY_ID now, with the same webhook-id.
 
