@@ -49,14 +49,14 @@ def deliver_now(job, settings):
 class OutcomeWriter:
     """Writes attempts' outcomes, and leases given back, in batches from one thread.
 
-    ``on_recorded(kinds)`` (optional) is called with the kinds of each batch.
-    If a batch cannot be written, its leases run out and the workers retry
-    those deliveries: at least once, never lost.
+    ``on_written(jobs, kinds)`` is called after each batch of outcomes, with
+    the kinds written (all None if the batch could not be written: its
+    leases run out and the workers retry those deliveries, never lost).
     """
 
-    def __init__(self, settings, on_recorded=None):
+    def __init__(self, settings, on_written):
         self.settings = settings
-        self.on_recorded = on_recorded
+        self.on_written = on_written
         self._changed = threading.Condition()
         self._outcomes, self._releases = [], []
         self._unwritten = 0
@@ -108,36 +108,45 @@ class OutcomeWriter:
                     self._changed.notify_all()
 
     def _write(self, batch, releases):
+        kinds = [None] * len(batch)
         try:
             if releases:
                 outcomes.release(releases)
             if batch:
                 kinds = outcomes.record_outcomes(batch, self.settings)
-                if self.on_recorded:
-                    self.on_recorded(kinds)
         except Exception:
             log.exception("webhook outcomes of deliveries %s could not be written; "
                           "their leases will run out and the workers retry them",
                           [job.delivery_id for job, _ in batch]
                           + [job.delivery_id for job in releases])
+        finally:
+            if batch:
+                self.on_written([job for job, _ in batch], kinds)
 
 
 class Dispatcher:
     """Sender threads with a cap per process and per receiver, feeding one
-    ``OutcomeWriter``."""
+    ``OutcomeWriter``. An attempt holds its slot until its outcome is
+    written, so the next attempt at a receiver sees what the last one did
+    to its breaker (or to the subscription: a 410 disables it).
+
+    ``on_recorded(kinds)`` (optional) is called with the outcome kinds of
+    each batch written.
+    """
 
     def __init__(self, settings, threads, per_receiver, on_recorded=None):
         self.settings = settings
         self.threads = threads
         self.per_receiver = per_receiver
-        self.writer = OutcomeWriter(settings, on_recorded)
+        self.on_recorded = on_recorded
+        self.writer = OutcomeWriter(settings, self._written)
         self._changed = threading.Condition()
-        self._busy = collections.Counter()  # subscription id -> attempts under way
+        self._busy = collections.Counter()  # subscription id -> attempts not yet recorded
         self._executor = None
         self._pid = None
 
     def in_flight(self):
-        """Attempts under way."""
+        """Attempts under way or waiting for their outcome to be written."""
         with self._changed:
             return sum(self._busy.values())
 
@@ -172,7 +181,7 @@ class Dispatcher:
                 self.writer.put_release(job)
 
     def wait_for_change(self, timeout):
-        """Wait until an attempt ends (or ``timeout`` seconds pass)."""
+        """Wait until an attempt's outcome is written (or ``timeout`` seconds pass)."""
         with self._changed:
             self._changed.wait(timeout)
 
@@ -193,11 +202,15 @@ class Dispatcher:
         return self._executor
 
     def _attempt(self, job):
-        try:
-            self.writer.put_outcome(job, attempt(job, self.settings))
-        finally:
-            with self._changed:
+        self.writer.put_outcome(job, attempt(job, self.settings))
+
+    def _written(self, jobs, kinds):
+        """Free the slots of attempts whose outcomes were written."""
+        with self._changed:
+            for job in jobs:
                 self._busy[job.subscription_id] -= 1
                 if not self._busy[job.subscription_id]:
                     del self._busy[job.subscription_id]
-                self._changed.notify_all()
+            self._changed.notify_all()
+        if self.on_recorded:
+            self.on_recorded(kinds)

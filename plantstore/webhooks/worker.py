@@ -166,9 +166,6 @@ class Worker:
                 continue  # claim again at once: there may be more, for other receivers
             if self.dispatcher.in_flight():
                 self.dispatcher.wait_for_change(WAKE_SECONDS)
-            elif not self.dispatcher.writer.flush(0):
-                # Outcomes being written free their rows and may close a breaker.
-                self.dispatcher.writer.flush(WAKE_SECONDS)
             elif until_idle:
                 break
             else:
