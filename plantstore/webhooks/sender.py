@@ -147,11 +147,12 @@ def send(job, settings):
                               error=f"timeout (connect {settings.connect_timeout:g}s, "
                                     f"read {settings.read_timeout:g}s)")
         except requests.RequestException as error:
-            if attempt.cut:
-                return SendResult(started_at, elapsed_ms(),
-                                  error=f"deadline: no complete answer within "
-                                        f"{settings.send_bound:g}s")
-            return SendResult(started_at, elapsed_ms(), error=_describe(error))
+            if not attempt.cut:
+                return SendResult(started_at, elapsed_ms(), error=_describe(error))
+        if attempt.cut:  # whatever was parsed of a cut-off answer is not an answer
+            return SendResult(started_at, elapsed_ms(),
+                              error=f"deadline: no complete answer within "
+                                    f"{settings.send_bound:g}s")
     status = response.status_code
     retry_after = None
     if status in (429, 503):
