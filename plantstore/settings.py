@@ -153,7 +153,7 @@ SETTINGS = (
     Setting("WEBHOOK_SENDS_PER_PROCESS", 8, integer(1, 256),
             "Most webhook attempts one web process makes at once right after creates; "
             "past it, new deliveries are left to the workers."),
-    Setting("WEBHOOK_SENDS_PER_RECEIVER", 4, integer(1, 256),
+    Setting("WEBHOOK_SENDS_PER_RECEIVER", 16, integer(1, 256),
             "Most attempts at one receiver one process (web or worker) makes at once."),
     Setting("WEBHOOK_BREAKER_THRESHOLD", 5, integer(1, 1000),
             "Failures in a row (no answer in time, connection failed, or a 5xx) that "
@@ -165,7 +165,7 @@ SETTINGS = (
             "Seconds a webhook worker sleeps between polls when nothing is due."),
     Setting("WORKER_BATCH_SIZE", 50, integer(1, 1000),
             "Most deliveries one webhook worker claims in one transaction."),
-    Setting("WORKER_THREADS", 16, integer(1, 256),
+    Setting("WORKER_THREADS", 32, integer(1, 256),
             "Attempts one webhook worker makes at once."),
 )
 BY_KEY = {setting.key: setting for setting in SETTINGS}

@@ -137,11 +137,9 @@ def record_outcomes(attempts, settings):
     decided = [(job, result, decide(job.attempts + 1, result, settings, now))
                for job, result in attempts]
     with database.connection_context(), database.atomic():
-        if not is_sqlite():
-            # An outcome lost in a crash costs one more send of an event that
-            # is still leased and pending, which at-least-once allows, so
-            # this commit does not wait for the disk flush.
-            database.execute_sql("SET LOCAL synchronous_commit TO OFF")
+        # An outcome lost in a crash costs one more send of an event that is
+        # still leased and pending, which at-least-once allows.
+        commit_without_flush()
         kinds = _write(decided, settings, now)
     for (job, result, _), kind in zip(decided, kinds):
         if kind is None:
@@ -156,9 +154,17 @@ def record_outcomes(attempts, settings):
     return kinds
 
 
+def commit_without_flush():
+    """Let the current PostgreSQL transaction commit without waiting for the
+    disk flush; for writes whose loss in a crash only causes a resend."""
+    if not is_sqlite():
+        database.execute_sql("SET LOCAL synchronous_commit TO OFF")
+
+
 def release(jobs):
     """Give leased jobs back to the workers at once (they were not attempted)."""
     with database.connection_context(), database.atomic():
+        commit_without_flush()
         for job in jobs:
             Delivery.update(locked_until=None).where(_fence(job)).execute()
 

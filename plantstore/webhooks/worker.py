@@ -25,6 +25,7 @@ from ..db import database, is_sqlite
 from ..models import Delivery, Subscription, utcnow
 from .dispatch import Dispatcher
 from .jobs import jobs_for_ids
+from .outcomes import commit_without_flush
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ def claim_due(limit, settings, due_by=None, room=None):
     leased_until = now + datetime.timedelta(seconds=settings.lease_seconds)
     full = [sid for sid, left in room.items() if left <= 0]
     with database.atomic():
+        commit_without_flush()  # a lease lost in a crash only frees the rows early
         query = (Delivery.select(Delivery.id, Delivery.subscription,
                                  Subscription.breaker_opened_at)
                  .join(Subscription)
