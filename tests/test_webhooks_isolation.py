@@ -49,6 +49,8 @@ class Trickler:
                 connection, _ = self._server.accept()
             except socket.timeout:
                 continue
+            except OSError:  # closed by stop()
+                return
             self.accepted.append(time.monotonic())
             threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
 
