@@ -67,6 +67,11 @@ class Subscription(BaseModel):
     is_active = BooleanField(default=True)
     disabled_reason = TextField(null=True)
     created_at = DateTimeField(default=utcnow)
+    # The circuit breaker (see webhooks/breaker.py): failures in a row, and
+    # while it is open, since when and when a worker may probe next.
+    failure_streak = IntegerField(default=0)
+    breaker_opened_at = DateTimeField(null=True)
+    breaker_probe_at = DateTimeField(null=True)
 
 
 class Delivery(BaseModel):

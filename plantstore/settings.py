@@ -154,10 +154,23 @@ SETTINGS = (
             "read timeout); a sender that dies leaves it to the workers after that."),
     Setting("WEBHOOK_MAX_RESPONSE_BYTES", 64 * 1024, integer(0, 16 * 1024 * 1024),
             "Most bytes of a receiver's answer that are read."),
+    Setting("WEBHOOK_SENDS_PER_PROCESS", 8, integer(1, 256),
+            "Most webhook attempts one web process makes at once right after creates; "
+            "past it, new deliveries are left to the workers."),
+    Setting("WEBHOOK_SENDS_PER_RECEIVER", 16, integer(1, 256),
+            "Most attempts at one receiver one process (web or worker) makes at once."),
+    Setting("WEBHOOK_BREAKER_THRESHOLD", 5, integer(1, 1000),
+            "Failures in a row (no answer in time, connection failed, or a 5xx) that "
+            "open a receiver's circuit breaker."),
+    Setting("WEBHOOK_BREAKER_COOLDOWN", 30.0, number(0, DAY, above_minimum=True),
+            "Seconds between the single probe attempts a worker makes at a receiver "
+            "whose breaker is open."),
     Setting("WORKER_POLL_INTERVAL", 1.0, number(0, HOUR, above_minimum=True),
             "Seconds a webhook worker sleeps between polls when nothing is due."),
-    Setting("WORKER_BATCH_SIZE", 20, integer(1, 1000),
-            "Most deliveries one webhook worker claims at a time."),
+    Setting("WORKER_BATCH_SIZE", 50, integer(1, 1000),
+            "Most deliveries one webhook worker claims in one transaction."),
+    Setting("WORKER_THREADS", 32, integer(1, 256),
+            "Attempts one webhook worker makes at once."),
 )
 
 

@@ -8,7 +8,8 @@ from ..api import Blueprint, json_response
 from ..auth import READ, WRITE
 from ..db import database
 from ..models import Plant
-from ..webhooks import dispatch, outbox
+from .. import webhooks
+from ..webhooks.config import dispatcher_of
 from . import queries
 from .schemas import (INT64_MAX, INT64_MIN, IntegerText, NewPlantSchema,
                       PlantQueryArgsSchema, PlantSchema, plant_json)
@@ -66,10 +67,9 @@ def create_plant(new_plant):
     try:
         with database.atomic():
             plant = queries.insert(g.caller.user_id, **new_plant)
-            deliveries = outbox.record_new_plant(plant)
+            webhooks.announce(plant, dispatcher_of(current_app))
     except IntegrityError:
         abort(409, message=f"A plant with id {new_plant['id']} already exists.")
-    dispatch.send_after_commit(deliveries)
     return json_response(plant_json(plant.name, plant.tag))
 
 

@@ -19,6 +19,7 @@ from ..cli_params import LIST_LIMIT, ROW_ID
 from ..db import database
 from ..models import Attempt, Delivery, Subscription, utcnow
 from . import dispatch, signing
+from .breaker import is_open
 from .config import settings_of
 from .worker import ClaimRefused, Worker, claim_for_retry
 
@@ -113,7 +114,8 @@ def webhooks_add(url, bearer):
 
 @webhooks_cli.command("list")
 def webhooks_list():
-    """List receivers: id, url, state, bearer, secret rotation (never secrets)."""
+    """List receivers: id, url, state, bearer, secret rotation (never
+    secrets), circuit breaker."""
     now = utcnow()
     for subscription in Subscription.select().order_by(Subscription.id):
         state = ("active" if subscription.is_active
@@ -123,7 +125,20 @@ def webhooks_list():
                     if subscription.previous_secret and expires and expires > now
                     else "one secret")
         bearer = "bearer token" if subscription.bearer_token else "no bearer token"
-        click.echo(f"{subscription.id}\t{subscription.url}\t{state}\t{bearer}\t{rotation}")
+        click.echo(f"{subscription.id}\t{subscription.url}\t{state}\t{bearer}\t"
+                   f"{rotation}\t{_breaker_state(subscription)}")
+
+
+def _breaker_state(subscription):
+    """The circuit breaker of a subscription, for ``webhooks list``."""
+    failures = subscription.failure_streak
+    if is_open(subscription):
+        return (f"breaker open since {_when(subscription.breaker_opened_at)} "
+                f"({failures} failures in a row; next probe "
+                f"{_when(subscription.breaker_probe_at)})")
+    if failures:
+        return f"breaker closed ({failures} failures in a row)"
+    return "breaker closed"
 
 
 @webhooks_cli.command("remove")
@@ -249,7 +264,7 @@ def deliveries_retry(delivery_id):
         job = claim_for_retry(delivery_id, settings)
     except ClaimRefused as refused:
         raise click.ClickException(str(refused)) from None
-    outcome = dispatch.deliver(job, settings)
+    outcome = dispatch.deliver_now(job, settings)
     delivery = _delivery(delivery_id)
     if outcome == "delivered":
         click.echo(f"delivered {delivery.message_id}")
@@ -269,8 +284,9 @@ def deliveries_retry(delivery_id):
 def worker_cli(once):
     """Deliver due webhook deliveries: forever, or just once.
 
-    Stops cleanly on SIGTERM or SIGINT, after the batch under way. Several
-    workers may run at once against the same database.
+    Stops on SIGTERM or SIGINT within one attempt's deadline (connect + read
+    timeout): no new attempts start, those under way end and are recorded.
+    Several workers may run at once against the same database.
     """
     worker = Worker(settings_of(current_app))
     if once:
