@@ -6,6 +6,8 @@
 - ``plantstore_http_request_duration_seconds{route,method}``: latency histogram.
 - ``plantstore_webhook_deliveries_total{outcome}``: webhook delivery attempts
   by the outcome the sender decided (``count_delivery``).
+- ``plantstore_rate_limit_storage_failures_total``: requests served without
+  a rate limit because its storage (Redis) could not be reached.
 - ``plantstore_outbox_pending_deliveries``: deliveries not yet delivered nor
   given up, counted in the database when scraped.
 
@@ -39,6 +41,9 @@ LATENCY = Histogram("plantstore_http_request_duration_seconds",
                     ["route", "method"])
 WEBHOOK_DELIVERIES = Counter("plantstore_webhook_deliveries",
                              "Webhook delivery attempts, by outcome.", ["outcome"])
+RATE_LIMIT_STORAGE_FAILURES = Counter(
+    "plantstore_rate_limit_storage_failures",
+    "Requests served without a rate limit because its storage could not be reached.")
 
 # labels() takes a lock and builds a key on every call; the children are
 # looked up here instead, once per label combination and process.
@@ -51,6 +56,11 @@ blp = Blueprint("metrics", __name__)
 def count_delivery(outcome):
     """Count one webhook delivery attempt that ended in ``outcome``."""
     WEBHOOK_DELIVERIES.labels(outcome=outcome).inc()
+
+
+def count_rate_limit_storage_failure():
+    """Count one request served unlimited because the limit storage failed."""
+    RATE_LIMIT_STORAGE_FAILURES.inc()
 
 
 def _observe(route, method, status, seconds):
