@@ -56,6 +56,7 @@ def list_plants(limit=None, after=None):
 @blp.route("/plants", methods=["POST"])
 @blp.login_required(WRITE)
 @blp.json_body(NewPlantSchema, description="Plant to add to the store")
+@blp.idempotent()
 @blp.response(200, PlantSchema, description="plant response")
 @blp.documents_errors(409)
 def create_plant(new_plant):
@@ -68,9 +69,11 @@ def create_plant(new_plant):
         with database.atomic():
             plant = queries.insert(g.caller.user_id, **new_plant)
             deliveries = outbox.record_new_plant(plant)
+            # Sent once the outermost transaction commits (an idempotent
+            # create's encloses this one).
+            database.after_commit(lambda: dispatch.send_after_commit(deliveries))
     except IntegrityError:
         abort(409, message=f"A plant with id {new_plant['id']} already exists.")
-    dispatch.send_after_commit(deliveries)
     return json_response(plant_json(plant.name, plant.tag))
 
 

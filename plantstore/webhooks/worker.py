@@ -14,6 +14,7 @@ import logging
 import threading
 
 from ..db import database, is_sqlite
+from ..idempotency import purge_expired_keys
 from ..models import Delivery, Subscription, utcnow
 from .dispatch import DeliveryPool
 from .jobs import jobs_for_ids
@@ -118,6 +119,7 @@ class Worker:
         ends even when a receiver keeps failing with a zero delay.
         """
         try:
+            purge_expired_keys()  # housekeeping of idempotency keys, not deliveries
             self.deliver_due(due_by=utcnow())
         finally:
             self.pool.shutdown()
@@ -130,6 +132,7 @@ class Worker:
                  self.settings.poll_interval, self.settings.batch_size)
         try:
             while not self.stopping.is_set():
+                purge_expired_keys()  # housekeeping of idempotency keys, not deliveries
                 try:
                     made = self.deliver_due()
                 except Exception:
