@@ -51,6 +51,7 @@ def caller_key():
 
 
 def _breach_message():
+    """The ``message`` of a 429."""
     return ("Too many requests: the rate limit of this caller is spent; "
             "retry after the seconds in Retry-After.")
 
