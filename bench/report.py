@@ -83,6 +83,8 @@ def render(results, names, seconds, rounds):
         lines += _fuse(results["fuse"])
     if "worker" in results:
         lines += _worker(results["worker"])
+    if "limiter" in results:
+        lines += _limiter(results["limiter"])
     if "memory" in results:
         lines += _memory(results["memory"])
     return "\n".join(lines) + "\n"
@@ -205,6 +207,25 @@ def _webhook(webhook):
         f"got {webhook['received']:,} deliveries for {webhook['created_with_receiver']:,} "
         "creates of the measured runs (its count includes the warm-up).", "",
     ]
+
+
+LIMITER_TARGET = 0.95
+
+
+def _limiter(limiter):
+    """GET /plants?limit=10 without and with a rate limit that is never reached."""
+    base = limiter["no limit"][0]
+    lines = ["## What the rate limiter costs", "",
+             "`GET /plants?limit=10` without `PLANTSTORE_RATE_LIMIT`, and with a "
+             "limit never reached, counted in memory and in Redis (loopback):", "",
+             "| rate limit | req/s | p50 ms | p99 ms | req/s of no limit |",
+             "|---|---|---|---|---|"]
+    for name, (rps, p50, p99) in limiter.items():
+        lines.append(f"| {name} | {rps:,.0f} | {p50:.2f} | {p99:.2f} | {rps / base:.3f} |")
+    worst = min(rps for rps, _, _ in limiter.values()) / base
+    lines += ["", f"Lowest ratio: **{worst:.3f}** (target >= {LIMITER_TARGET}: "
+                  f"{_verdict(worst >= LIMITER_TARGET)}).", ""]
+    return lines
 
 
 def _memory(memory):

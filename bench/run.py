@@ -10,7 +10,10 @@ Environment:
                         postgresql://postgres@127.0.0.1:5432/postgres)
   BENCH_SECONDS         seconds per wrk run (default 5)
   BENCH_ROUNDS          runs per workload and server (default 3)
-  BENCH_EXTRAS=0        skip the scale, webhook and memory measurements
+  BENCH_EXTRAS=0        skip the scale, webhook, limiter and memory measurements
+  BENCH_ONLY=limiter    only the rate limiter's cost per request
+  BENCH_REDIS_URL       the Redis the limiter measurement counts in
+                        (default redis://127.0.0.1:6379/8)
   BENCH_MEMORY_REQUESTS requests before memory is read (default 100000)
   BENCH_YARDSTICKS      where ceiling.py and peer_fastapi.py are
                         (default ../shared/bench)
@@ -185,6 +188,39 @@ def measure_webhook(runner, workdir, rounds, started):
             "received": received, "created_with_receiver": created}
 
 
+LIMITER_WORKLOAD = "/plants?limit=10"
+NEVER_REACHED_LIMIT = "100000000/minute"
+
+
+def measure_limiter(runner, workdir, rounds, started):
+    """GET /plants?limit=10 without a rate limit, and with one never reached
+    (counted in memory, and in Redis); req/s ratios of medians to no limit."""
+    url = f"sqlite:///{workdir}/limiter.db"
+    token = seed.seed_plantstore(url, PLANTS)
+    redis_url = os.environ.get("BENCH_REDIS_URL") or "redis://127.0.0.1:6379/8"
+    contenders = []
+    for name, env in (("no limit", {}),
+                      ("limit, memory", {"PLANTSTORE_RATE_LIMIT": NEVER_REACHED_LIMIT}),
+                      ("limit, redis", {"PLANTSTORE_RATE_LIMIT": NEVER_REACHED_LIMIT,
+                                        "PLANTSTORE_RATE_LIMIT_STORAGE_URI": redis_url})):
+        server = start(servers.plantstore(url, workdir, VENV_BIN, env=env,
+                                          name=f"plantstore-{name.replace(', ', '-')}"),
+                       started)
+        contenders.append(Contender(name, server, token))
+    print(f"GET {LIMITER_WORKLOAD} without and with a rate limit", flush=True)
+    for contender in contenders:
+        runner.run(contender, LIMITER_WORKLOAD, seconds=1)
+    results = runner.alternate(contenders, LIMITER_WORKLOAD, rounds)
+    for contender in contenders:
+        contender.server.stop()
+    medians = {name: median_of(runs) for name, runs in results.items()}
+    base = medians["no limit"][0]
+    for name, (rps, p50, p99) in medians.items():
+        print(f"  {name:<14} median {rps:9.0f} req/s  p50 {p50:6.2f} ms  "
+              f"({rps / base:.3f} of no limit)", flush=True)
+    return medians
+
+
 def measure_memory(runner, workdir, total, started):
     """VmRSS of each worker after warm-up and after ``total`` requests."""
     url = f"sqlite:///{workdir}/memory.db"
@@ -230,8 +266,8 @@ def measure_webhooks(runner, workdir, rounds, started, only):
 
 def main():
     only = os.environ.get("BENCH_ONLY") or None
-    if only not in (None, "fuse", "webhook", "worker"):
-        sys.exit(f"BENCH_ONLY={only!r}: use fuse, webhook or worker")
+    if only not in (None, "fuse", "webhook", "worker", "limiter"):
+        sys.exit(f"BENCH_ONLY={only!r}: use fuse, webhook, worker or limiter")
     compare_yardsticks = os.environ.get("BENCH_COMPARE") == "1"
     extras = os.environ.get("BENCH_EXTRAS", "1") != "0"
     seconds = env_int("BENCH_SECONDS", 5)
@@ -246,6 +282,9 @@ def main():
     results = {"backends": {}}
     names = ["plantstore"]
     try:
+        if only == "limiter":
+            results = {"limiter": measure_limiter(runner, workdir, rounds, started)}
+            return _write(report.render(results, [], seconds, rounds), output)
         if only:
             results = measure_webhooks(runner, workdir, rounds, started, only)
             return _write(report.render(results, [], seconds, rounds), output)
@@ -273,6 +312,7 @@ def main():
                 backend.drop_all()
         if extras:
             results.update(measure_webhooks(runner, workdir, rounds, started, None))
+            results["limiter"] = measure_limiter(runner, workdir, rounds, started)
             results["memory"] = measure_memory(
                 runner, workdir, env_int("BENCH_MEMORY_REQUESTS", 100_000), started)
     finally:

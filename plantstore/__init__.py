@@ -12,6 +12,7 @@ from .logs import init_logging
 from .metrics import init_metrics
 from .openapi import complete_spec, register_converters, spec_config, spec_kwargs
 from .plants.routes import blp as plants_blp
+from .ratelimit import init_rate_limits
 from .request_ids import init_request_ids
 from .webhooks.config import init_app as init_webhooks
 
@@ -41,6 +42,7 @@ def create_app(config=None):
 
     app.register_blueprint(health_blp)
 
+    init_rate_limits(app)
     register_commands(app)
 
     proxies = int(app.config["TRUSTED_PROXIES"])

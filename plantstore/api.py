@@ -4,7 +4,9 @@
   every error (not smorest's own);
 - ``Blueprint.login_required``: a bearer token with a scope, enforced and
   its 401/403 answers documented; ``Blueprint.json_body``: a JSON body
-  (415 otherwise) parsed by a schema; ``Blueprint.documents_errors``;
+  (415 otherwise) parsed by a schema; ``Blueprint.idempotent``: the
+  ``Idempotency-Key`` header, enforced and documented;
+  ``Blueprint.documents_errors``;
 - ``json_response``: an answer already shaped by the view (the measured
   fast paths that skip a schema's dump);
 - ``App``: Flask, whose automatic ``OPTIONS`` answer (an empty body) has
@@ -23,6 +25,7 @@ from webargs.flaskparser import FlaskParser, is_json_request
 
 from .auth import require_scope
 from .errors import ErrorSchema, handle_http_exception
+from .idempotency import IdempotencyKeyHeaderSchema, idempotent
 
 
 # Integer literals longer than this are read as Decimal: Python's int() refuses
@@ -158,6 +161,16 @@ class Blueprint(flask_smorest.Blueprint):
                                        "(Content-Type: application/json).")
                 return loaded(*args, **kw)
             return self.documents_errors(413, 415)(checked)
+        return decorate
+
+    def idempotent(self):
+        """An optional ``Idempotency-Key`` header (see ``plantstore.idempotency``):
+        400 if malformed, 409 while in progress, 422 if reused for another
+        request; all documented. Put it under ``login_required`` and ``json_body``."""
+        def decorate(view):
+            keyed = self.arguments(IdempotencyKeyHeaderSchema, location="headers",
+                                   as_kwargs=True)(idempotent(view))
+            return self.documents_errors(400, 409, 422)(keyed)
         return decorate
 
 

@@ -93,6 +93,15 @@ def _presented_token():
     return credentials
 
 
+def authenticated_caller():
+    """The Caller of the request's bearer token (None if absent or not valid now),
+    looked up once per request however many times it is asked for."""
+    if "token_caller" not in g:
+        secret = _presented_token()
+        g.token_caller = find_caller(secret) if secret else None
+    return g.token_caller
+
+
 def _unauthorized(message, presented):
     challenge = REALM + (', error="invalid_token"' if presented else "")
     return error_response(401, message, headers={"WWW-Authenticate": challenge})
@@ -106,7 +115,7 @@ def require_scope(scope):
             secret = _presented_token()
             if secret is None:
                 return _unauthorized("A bearer token is required.", presented=False)
-            caller = find_caller(secret) if secret else None
+            caller = authenticated_caller()
             if caller is None:
                 return _unauthorized(
                     "The bearer token is malformed, unknown, revoked or expired.",

@@ -9,6 +9,8 @@
 - ``plantstore_webhook_left_to_worker_total{reason}``: deliveries a web
   process did not attempt after the create, leaving them to the workers:
   ``breaker open``, or ``busy`` (its cap on attempts under way was reached).
+- ``plantstore_rate_limit_storage_failures_total``: requests served without
+  a rate limit because its storage (Redis) could not be reached.
 - ``plantstore_outbox_pending_deliveries``: deliveries not yet delivered nor
   given up, counted in the database when scraped.
 - ``plantstore_webhook_breaker_open{subscription}`` (1 open, 0 closed) and
@@ -48,6 +50,9 @@ WEBHOOK_DELIVERIES = Counter("plantstore_webhook_deliveries",
 LEFT_TO_WORKER = Counter("plantstore_webhook_left_to_worker",
                          "Deliveries a web process left to the workers instead of "
                          "attempting them after the create, by reason.", ["reason"])
+RATE_LIMIT_STORAGE_FAILURES = Counter(
+    "plantstore_rate_limit_storage_failures",
+    "Requests served without a rate limit because its storage could not be reached.")
 
 # labels() takes a lock and builds a key on every call; the children are
 # looked up here instead, once per label combination and process.
@@ -65,6 +70,9 @@ def count_delivery(outcome):
 def count_left_to_worker(reason):
     """Count one delivery a web process left to the workers, and why."""
     LEFT_TO_WORKER.labels(reason=reason).inc()
+def count_rate_limit_storage_failure():
+    """Count one request served unlimited because the limit storage failed."""
+    RATE_LIMIT_STORAGE_FAILURES.inc()
 
 
 def _observe(route, method, status, seconds):

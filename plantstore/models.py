@@ -1,5 +1,5 @@
 """The stored things: users and their tokens, plants, webhook subscriptions
-and the outbox of deliveries with their attempts.
+and the outbox of deliveries with their attempts, and idempotency keys.
 
 The schema itself is created and changed only by the numbered scripts in
 ``plantstore/migrations``; these classes describe it for queries.
@@ -105,3 +105,25 @@ class Attempt(BaseModel):
     status_code = IntegerField(null=True)
     error = TextField(null=True)
     duration_ms = IntegerField()
+
+
+class IdempotencyKey(BaseModel):
+    """An ``Idempotency-Key`` a user sent, with the answer it gets again.
+
+    ``status`` is null until the answer is stored (in the transaction of the
+    effect); ``locked_until`` is set while a request holds the key.
+    """
+    id = AutoField()
+    user = ForeignKeyField(User, on_delete="CASCADE")
+    key = CharField(max_length=255)
+    fingerprint = CharField(max_length=64)  # SHA-256 of method, path and arguments
+    status = IntegerField(null=True)
+    content_type = CharField(max_length=100, null=True)
+    body = TextField(null=True)
+    locked_until = DateTimeField(null=True)
+    created_at = DateTimeField(default=utcnow)
+    expires_at = DateTimeField(index=True)
+
+    class Meta:
+        indexes = ((("user", "key"), True),)
+

@@ -11,6 +11,7 @@ from flask_swagger_ui import get_swaggerui_blueprint
 from werkzeug.routing import BaseConverter
 
 from .plants.schemas import NewPlantSchema
+from .ratelimit import RateLimitPlugin
 
 API_TITLE = "OpenAPI Plant Store"
 API_VERSION = "1.0.0"
@@ -97,8 +98,9 @@ class PlantstorePlugin(apispec.BasePlugin):
 
 
 def spec_kwargs(app):
-    """The ``spec_kwargs`` of the app's ``Api``: the plugin above."""
-    return {"extra_plugins": [PlantstorePlugin(app.config)]}
+    """The ``spec_kwargs`` of the app's ``Api``: the plugin above, and the
+    rate limits' answers and headers."""
+    return {"extra_plugins": [PlantstorePlugin(app.config), RateLimitPlugin()]}
 
 
 def register_converters(app, api):

@@ -11,6 +11,8 @@ import math
 import os
 import re
 
+import limits
+
 ENV_PREFIX = "PLANTSTORE_"
 _INTEGER = re.compile(r"-?[0-9]+")
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?|-?\.[0-9]+([eE][+-]?[0-9]+)?")
@@ -119,6 +121,22 @@ def text(pattern, description):
     return parse
 
 
+def rate_limits(raw):
+    """Flask-Limiter's notation (``600/minute``; several separated by ``;``), or
+    empty for none."""
+    if not isinstance(raw, str):
+        raise ValueError(f"must be limits like 600/minute, not {raw!r}")
+    if raw.strip():
+        try:
+            limits.parse_many(raw)
+        except ValueError:
+            raise ValueError(f"must be limits like 600/minute or 10/second;600/hour, "
+                             f"not {raw!r}") from None
+    return raw.strip()
+
+
+rate_limits.allowed = "empty (no limit), or limits like `600/minute;20/second`"
+
 HOUR, DAY = 3600, 86400
 
 SETTINGS = (
@@ -171,6 +189,16 @@ SETTINGS = (
             "Most deliveries one webhook worker claims in one transaction."),
     Setting("WORKER_THREADS", 32, integer(1, 256),
             "Attempts one webhook worker makes at once."),
+    Setting("RATE_LIMIT", "", rate_limits,
+            "Requests one caller (a token's user; a client address without a valid "
+            "token) may make to the API, in Flask-Limiter's notation; empty: no limit."),
+    Setting("RATE_LIMIT_STORAGE_URI", "memory://",
+            text(r"memory://|(redis|rediss|redis\+unix)://\S+",
+                 "`memory://` or a `redis://host:port/db` URL"),
+            "Where rate limit counts live: `memory://` counts per process; "
+            "`redis://host:port/db` shares them between every process and machine."),
+    Setting("IDEMPOTENCY_TTL_HOURS", 24.0, number(0, 30 * 24, above_minimum=True),
+            "Hours an `Idempotency-Key` of `POST /plants` is remembered with its answer."),
 )
 
 

@@ -10,6 +10,7 @@ Runs are deterministic (``--generation-deterministic``, which also keeps
 no example database), so CI replays the same requests every time.
 """
 import json
+import os
 import re
 import subprocess
 import sys
@@ -34,10 +35,39 @@ RUN_TIMEOUT = 300
 # other default stays as schemathesis ships it.
 NEGATIVE_DATA_REFUSALS = ["400", "401", "403", "404", "405", "406", "409", "413",
                           "414", "415", "422", "428", "429", "431", "5xx"]
+# positive_data_acceptance: schemathesis' default list of acceptable answers
+# to schema-valid requests, plus 422, the answer of a valid request whose
+# Idempotency-Key was used for another one (state, like a 409): the coverage
+# phase reuses keys and takes no hooks.
+POSITIVE_DATA_ANSWERS = ["2xx", "3xx", "401", "403", "404", "409", "422", "429", "5xx"]
+
+# Schemathesis draws Idempotency-Key values from a tiny pool ("0", "00", ...),
+# so unrelated generated requests share a key, which no client does: a key
+# reused with another body is then a 422, and a replayed create whose plant
+# was deleted since reads as "created resource not found". Each well-formed
+# key is made unique per request; malformed ones stay, for the negative
+# checks. Replays, 422 and 409 are pinned by tests/test_idempotency.py.
+UNIQUE_KEYS_HOOK = """
+import re
+import uuid
+
+import schemathesis
+
+WELL_FORMED = re.compile(r"[\\x21-\\x7e]([\\x20-\\x7e]{0,253}[\\x21-\\x7e])?")
+
+
+@schemathesis.hook
+def map_headers(context, headers):
+    key = (headers or {}).get("Idempotency-Key")
+    if isinstance(key, str) and WELL_FORMED.fullmatch(key):
+        headers["Idempotency-Key"] = uuid.uuid4().hex
+    return headers
+"""
 
 
 def run_schemathesis(cwd, *args, config=None):
     """Run the schemathesis CLI; returns the finished process (text output)."""
+    (Path(cwd) / "unique_keys_hook.py").write_text(UNIQUE_KEYS_HOOK)
     command = [SCHEMATHESIS, "--no-color"]
     if config:
         command += ["--config-file", str(config)]
@@ -46,8 +76,10 @@ def run_schemathesis(cwd, *args, config=None):
                 "--generation-deterministic",  # implies no example database
                 "--workers", "1",
                 "--request-timeout", "10"]
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "unique_keys_hook",
+           "PYTHONPATH": str(cwd)}
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT)
+                          timeout=RUN_TIMEOUT, env=env)
 
 
 def summary_counts(output):
@@ -77,7 +109,10 @@ def write_peer_config(directory, tokens):
         f"peers = {json.dumps(list(tokens))}\n"
         "\n"
         "[checks.negative_data_rejection]\n"
-        f"expected-statuses = {json.dumps(NEGATIVE_DATA_REFUSALS)}\n")
+        f"expected-statuses = {json.dumps(NEGATIVE_DATA_REFUSALS)}\n"
+        "\n"
+        "[checks.positive_data_acceptance]\n"
+        f"expected-statuses = {json.dumps(POSITIVE_DATA_ANSWERS)}\n")
     return config
 
 

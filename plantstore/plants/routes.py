@@ -56,6 +56,7 @@ def list_plants(limit=None, after=None):
 @blp.route("/plants", methods=["POST"])
 @blp.login_required(WRITE)
 @blp.json_body(NewPlantSchema, description="Plant to add to the store")
+@blp.idempotent()
 @blp.response(200, PlantSchema, description="plant response")
 @blp.documents_errors(409)
 def create_plant(new_plant):

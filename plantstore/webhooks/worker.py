@@ -20,8 +20,10 @@ import collections
 import datetime
 import logging
 import threading
+import time
 
 from ..db import database, is_sqlite
+from ..idempotency import PURGE_BATCH_SIZE, purge_expired_keys
 from ..models import Delivery, Subscription, utcnow
 from .dispatch import Dispatcher
 from .jobs import jobs_for_ids
@@ -31,6 +33,10 @@ log = logging.getLogger(__name__)
 
 WAKE_SECONDS = 0.25
 """Longest the claiming loop sleeps between checks for stopping and for free slots."""
+HOUSEKEEPING_SECONDS = 10
+"""How often an idle worker purges what outlived its keep."""
+HOUSEKEEPING_BATCHES = 20
+"""Most purge batches one round of housekeeping deletes."""
 
 
 def _lease_free(now):
@@ -137,6 +143,7 @@ class Worker:
         self.stopping = threading.Event()
         self.tally = collections.Counter()
         self._tally_lock = threading.Lock()
+        self._next_housekeeping = 0.0
         self.dispatcher = Dispatcher(settings, settings.worker_threads,
                                      settings.sends_per_receiver, on_recorded=self._count)
 
@@ -166,6 +173,7 @@ class Worker:
             started += len(jobs)
             if jobs:
                 continue  # claim again at once: there may be more, for other receivers
+            self._housekeep()
             if self.dispatcher.in_flight():
                 self.dispatcher.wait_for_change(WAKE_SECONDS)
             elif until_idle:
@@ -173,6 +181,18 @@ class Worker:
             else:
                 self.stopping.wait(self.settings.poll_interval)
         return started
+
+    def _housekeep(self, force=False):
+        """Purge what outlived its keep (expired idempotency keys), at most once
+        per HOUSEKEEPING_SECONDS, in small batches and at most
+        HOUSEKEEPING_BATCHES of them, so deliveries never wait long for it."""
+        now = time.monotonic()
+        if not force and now < self._next_housekeeping:
+            return
+        self._next_housekeeping = now + HOUSEKEEPING_SECONDS
+        for _ in range(HOUSEKEEPING_BATCHES):
+            if purge_expired_keys() < PURGE_BATCH_SIZE:
+                break
 
     def _finish(self):
         """Wait for attempts under way (they end by their deadline) and their outcomes."""
@@ -190,6 +210,7 @@ class Worker:
         ends even when a receiver keeps failing with a zero delay.
         """
         try:
+            self._housekeep(force=True)
             self._deliver(due_by=utcnow(), until_idle=True)
         finally:
             self._finish()
