@@ -69,26 +69,28 @@ class Runner:
         self.wrk, self.seconds = wrk, seconds
         self.next_ids = 10 ** 12
 
-    def run(self, contender, path, seconds=None):
+    def run(self, contender, path, seconds=None, connections=load.CONNECTIONS):
         """One wrk run of a workload (``path`` None means POST /plants)."""
         seconds = seconds or self.seconds
         if path is None:
             self.next_ids += 10 ** 9
             result = load.run(self.wrk, contender.server.url + "/plants", contender.token,
-                              seconds, load.POST_SCRIPT, [self.next_ids])
+                              seconds, load.POST_SCRIPT, [self.next_ids],
+                              connections=connections)
         else:
-            result = load.run(self.wrk, contender.server.url + path, contender.token, seconds)
+            result = load.run(self.wrk, contender.server.url + path, contender.token, seconds,
+                              connections=connections)
         if result.errors:
             raise load.LoadError(f"{contender.name}: {result.errors} failed requests "
                                  f"(see {contender.server.log_path})")
         return result
 
-    def alternate(self, contenders, path, rounds):
+    def alternate(self, contenders, path, rounds, connections=load.CONNECTIONS):
         """A B C A B C ...: ``rounds`` runs each, interleaved; {name: [Result]}."""
         results = {c.name: [] for c in contenders}
         for _ in range(rounds):
             for contender in contenders:
-                result = self.run(contender, path)
+                result = self.run(contender, path, connections=connections)
                 results[contender.name].append(result)
                 print(f"  {contender.name:<14} {result.rps:9.0f} req/s   "
                       f"p50 {result.p50_ms:6.2f} ms   p99 {result.p99_ms:7.2f} ms", flush=True)
@@ -175,6 +177,8 @@ def measure_webhook(runner, workdir, rounds, started):
         for contender in contenders:
             runner.run(contender, None, seconds=1)
         results = runner.alternate(contenders, None, rounds)
+        print("  ... and one create at a time (latency, not throughput)", flush=True)
+        one_at_a_time = runner.alternate(contenders, None, rounds, connections=1)
         for server in (c.server for c in contenders):
             server.stop()
         received = int((subprocess.run(["curl", "-s", f"http://127.0.0.1:{port}/"],
@@ -183,8 +187,11 @@ def measure_webhook(runner, workdir, rounds, started):
         receiver.terminate()
         receiver.wait()
     created = sum(r.requests for r in results["one receiver"])
+    created += sum(r.requests for r in one_at_a_time["one receiver"])
     return {"none": median_of(results["no receiver"]),
             "one": median_of(results["one receiver"]),
+            "none_alone": median_of(one_at_a_time["no receiver"]),
+            "one_alone": median_of(one_at_a_time["one receiver"]),
             "received": received, "created_with_receiver": created}
 
 
