@@ -24,7 +24,7 @@ from prometheus_client import (CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry,
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from .models import Delivery
+from .models import Delivery, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,10 @@ LATENCY = Histogram("plantstore_http_request_duration_seconds",
                     ["route", "method"])
 WEBHOOK_DELIVERIES = Counter("plantstore_webhook_deliveries",
                              "Webhook delivery attempts, by outcome.", ["outcome"])
+WEBHOOK_DISABLED = Counter("plantstore_webhook_subscriptions_disabled",
+                           "Webhook subscriptions disabled by plantstore, by reason "
+                           "(gone: the receiver answered 410; failing: no success "
+                           "for PLANTSTORE_WEBHOOK_DISABLE_AFTER_HOURS).", ["reason"])
 
 # labels() takes a lock and builds a key on every call; the children are
 # looked up here instead, once per label combination and process.
@@ -51,6 +55,11 @@ blp = Blueprint("metrics", __name__)
 def count_delivery(outcome):
     """Count one webhook delivery attempt that ended in ``outcome``."""
     WEBHOOK_DELIVERIES.labels(outcome=outcome).inc()
+
+
+def count_disabled(reason):
+    """Count one webhook subscription disabled for ``reason`` (gone, failing)."""
+    WEBHOOK_DISABLED.labels(reason=reason).inc()
 
 
 def _observe(route, method, status, seconds):
@@ -68,17 +77,23 @@ def _observe(route, method, status, seconds):
 
 
 class OutboxBacklogCollector:
-    """The number of pending deliveries, read from the database at scrape time."""
+    """The number of pending deliveries and of disabled webhook subscriptions,
+    read from the database at scrape time."""
 
     def collect(self):
         try:
             pending = Delivery.select().where(Delivery.status == Delivery.PENDING).count()
+            disabled = Subscription.select().where(
+                Subscription.is_active == False).count()  # noqa: E712
         except Exception:  # an unreachable database must not break the scrape
             log.warning("could not count pending webhook deliveries", exc_info=True)
             return
         yield GaugeMetricFamily("plantstore_outbox_pending_deliveries",
                                 "Webhook deliveries waiting to be delivered.",
                                 value=pending)
+        yield GaugeMetricFamily("plantstore_webhook_subscriptions_inactive",
+                                "Webhook subscriptions disabled now (by a 410 or by "
+                                "sustained failure).", value=disabled)
 
 
 def exposition():

@@ -27,6 +27,13 @@ class PlantIdConverter(BaseConverter):
     regex = "[^/]+"
 
 
+class RowIdConverter(BaseConverter):
+    """A stored row's id (a webhook subscription's): any single path segment,
+    which the view turns into an integer from 1 to 2**31-1 or a 400,
+    after authenticating, as for plant ids."""
+    regex = "[^/]+"
+
+
 def spec_config():
     """The app config keys flask-smorest reads to build and serve the document."""
     return {
@@ -106,6 +113,9 @@ def register_converters(app, api):
     app.url_map.converters["plant_id"] = PlantIdConverter
     api.register_converter(PlantIdConverter,
                            lambda converter: {"type": "integer", "format": "int64"})
+    app.url_map.converters["row_id"] = RowIdConverter
+    api.register_converter(RowIdConverter, lambda converter: {
+        "type": "integer", "format": "int32", "minimum": 1, "maximum": 2 ** 31 - 1})
 
 
 def complete_spec(app, api):

@@ -22,6 +22,9 @@ class WebhookSettings:
     poll_interval: float
     batch_size: int
     user_agent: str
+    allowed_networks: tuple = ()  # what API subscriptions may reach beyond public addresses
+    disable_after_hours: float = 120.0
+    retention_days: int = 30
 
     @property
     def send_bound(self):
@@ -49,6 +52,9 @@ def from_config(config, version):
         poll_interval=config["WORKER_POLL_INTERVAL"],
         batch_size=config["WORKER_BATCH_SIZE"],
         user_agent=f"plantstore/{version}",
+        allowed_networks=config["WEBHOOK_ALLOWED_NETWORKS"],
+        disable_after_hours=config["WEBHOOK_DISABLE_AFTER_HOURS"],
+        retention_days=config["WEBHOOK_RETENTION_DAYS"],
     )
 
 

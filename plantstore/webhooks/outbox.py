@@ -1,12 +1,14 @@
-"""The transactional outbox: one delivery row per active subscription,
-written in the same database transaction as the plant it announces."""
+"""The transactional outbox: one delivery row per active subscription that
+hears about the plant (see ``audience``), written in the same database
+transaction as the plant it announces."""
 import datetime
 import uuid
 
 from flask import current_app, json
 
 from ..db import Statement
-from ..models import Delivery, Subscription, utcnow
+from ..models import Delivery, utcnow
+from . import audience
 from .config import settings_of
 from .jobs import job_for
 
@@ -21,9 +23,7 @@ def new_plant_payload(plant):
     return json.dumps(body)
 
 
-# Every create runs these: compiled once (see db.Statement).
-_ACTIVE_SUBSCRIPTIONS = Statement(
-    lambda active: Subscription.select().where(Subscription.is_active == active), True)
+# Every create runs this: compiled once (see db.Statement).
 _INSERT_DELIVERY = Statement(
     lambda subscription, message_id, event_type, payload, status, attempts,
     next_attempt_at, locked_until, created_at: Delivery.insert(
@@ -36,7 +36,7 @@ _INSERT_DELIVERY = Statement(
 
 
 def record_new_plant(plant):
-    """Queue a "New Plant" delivery for every active subscription.
+    """Queue a "New Plant" delivery for every active subscription that hears about it.
 
     Must run inside the transaction that creates ``plant``, so the plant and
     its announcements commit, or roll back, together. The rows are leased to
@@ -45,7 +45,7 @@ def record_new_plant(plant):
     lease expires, so a process that dies after the commit delays the
     deliveries but never loses them. Returns the jobs to send.
     """
-    subscriptions = _ACTIVE_SUBSCRIPTIONS.models(Subscription, True)
+    subscriptions = audience.hearing_about(plant.owner_id)
     if not subscriptions:
         return []
     now = utcnow()

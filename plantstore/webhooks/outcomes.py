@@ -14,7 +14,8 @@ from .. import metrics
 from peewee import SQL
 
 from ..db import Statement, database, is_sqlite
-from ..models import Attempt, Delivery, Subscription, utcnow
+from ..models import Attempt, Delivery, utcnow
+from . import lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,10 @@ def record_outcome(job, result, settings):
         if outcome.kind == GONE:
             disable_subscription(job.subscription_id,
                                  f"the receiver answered 410 Gone on {now:%Y-%m-%d %H:%M:%S} UTC")
+        elif outcome.kind == DELIVERED:
+            lifecycle.note_success(job.subscription_id, now)
+        else:
+            lifecycle.disable_if_failing_too_long(job.subscription_id, settings, now)
     metrics.count_delivery(outcome.kind)
     log.log(LOG_LEVELS[outcome.kind], "delivery %s (%s) to subscription %s: %s%s",
             job.delivery_id, job.message_id, job.subscription_id, outcome.kind,
@@ -153,10 +158,4 @@ def record_outcome(job, result, settings):
 
 def disable_subscription(subscription_id, reason):
     """Stop sending to a subscription and give up its waiting deliveries."""
-    Subscription.update(is_active=False, disabled_reason=reason).where(
-        Subscription.id == subscription_id).execute()
-    (Delivery.update(status=Delivery.FAILED,
-                     last_error=f"subscription disabled: {reason}")
-     .where(Delivery.subscription == subscription_id,
-            Delivery.status == Delivery.PENDING)
-     .execute())
+    lifecycle.disable(subscription_id, lifecycle.GONE, reason)

@@ -18,6 +18,7 @@ import time
 import requests
 
 from ..models import utcnow
+from . import ssrf
 from .signing import signature_headers
 
 EXCERPT_CHARS = 200
@@ -129,7 +130,8 @@ def send(job, settings):
         return int((time.monotonic() - clock) * 1000)
 
     try:
-        response = session().send(
+        http = ssrf.session(settings.allowed_networks) if job.restricted else session()
+        response = http.send(
             _prepared(job.url, headers, job.payload.encode("utf-8")),
             timeout=(settings.connect_timeout, settings.read_timeout),
             allow_redirects=False, stream=True)

@@ -15,6 +15,7 @@ import threading
 
 from ..db import database, is_sqlite
 from ..models import Delivery, Subscription, utcnow
+from . import lifecycle
 from .dispatch import DeliveryPool
 from .jobs import jobs_for_ids
 
@@ -137,6 +138,7 @@ class Worker:
                                   "retrying after the poll interval")
                     database.close()
                     made = 0
+                lifecycle.purge_expired(self.settings)
                 if not made:
                     self.stopping.wait(self.settings.poll_interval)
         finally:
