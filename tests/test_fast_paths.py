@@ -157,7 +157,8 @@ def test_compiled_subscription_lookup_gives_the_models_peewee_would(app, alice):
             Subscription.create(url="http://127.0.0.1:1/c", secret="whsec_c",
                                 bearer_token="t", owner=owner)
         compiled = audience.hearing_about(owner)
-        expected = list(Subscription.select().where(Subscription.is_active == True))  # noqa: E712
+        expected = list(Subscription.select().where(Subscription.is_active == True)  # noqa: E712
+                        .order_by(Subscription.id))
     assert [s.__data__ for s in compiled] == [s.__data__ for s in expected]
     assert len(compiled) == 2
 

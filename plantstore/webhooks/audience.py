@@ -16,7 +16,8 @@ _HEARING = Statement(
     .join(User, JOIN.LEFT_OUTER, on=(Subscription.owner == User.id))
     .where(Subscription.is_active == active,
            Subscription.owner.is_null() | (Subscription.owner == owner)
-           | (User.is_admin == admin)),
+           | (User.is_admin == admin))
+    .order_by(Subscription.id),
     True, -1, True)
 
 

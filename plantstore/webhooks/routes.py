@@ -19,7 +19,8 @@ from .schemas import (ROW_ID_MAX, CreatedSubscriptionSchema, DeliveryQueryArgsSc
 
 INTEGER = re.compile(r"-?[0-9]+")
 
-blp = Blueprint("webhooks", __name__, description="Your webhook receivers")
+# Named apart from the document's own "webhooks" (the New Plant event).
+blp = Blueprint("webhook-receivers", __name__, description="Your webhook receivers")
 
 LINK_HEADER_DOC = {"Link": {
     "description": 'RFC 8288 link to the next page (rel="next"), present when '
