@@ -6,7 +6,7 @@ PG_TEST_URL ?= postgresql://postgres@127.0.0.1:5432/test
 PLANTSTORE_DATABASE_URL ?= sqlite:///plantstore.db
 export PLANTSTORE_DATABASE_URL
 
-.PHONY: install install-test migrate run test test-sqlite test-postgres smoke smoke-nginx bench docs clean
+.PHONY: install install-test migrate run test test-sqlite test-postgres smoke smoke-nginx bench bench-ab docs clean
 
 $(BIN)/.installed: setup.py setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,11 @@ smoke-nginx: install
 # and writes docs/performance.md. Not part of `make test`. See bench/run.py.
 bench: install
 	$(BIN)/python bench/run.py
+
+# Two gunicorn set-ups side by side, e.g.
+# make bench-ab AB_A="GUNICORN_THREADS=4" AB_B="GUNICORN_THREADS=8" BENCH_DATABASE=postgres
+bench-ab: install
+	$(BIN)/python bench/ab.py
 
 # docs/settings.md from the settings table in plantstore/settings.py.
 docs: install

@@ -3,7 +3,11 @@ yardsticks of ../shared/bench when BENCH_COMPARE=1, written to a report.
 
 Environment:
   BENCH_COMPARE=1       also run the bare-WSGI ceiling and the FastAPI peer,
-                        alternating runs, and print ratios of medians
+                        alternating runs, and report medians of paired ratios
+  BENCH_DATABASE        sqlite, postgres or both (default: both with
+                        BENCH_COMPARE=1, else sqlite); PostgreSQL databases
+                        are made and dropped on BENCH_POSTGRES_URL (default
+                        postgresql://postgres@127.0.0.1:5432/postgres)
   BENCH_SECONDS         seconds per wrk run (default 5)
   BENCH_ROUNDS          runs per workload and server (default 3)
   BENCH_EXTRAS=0        skip the scale, webhook and memory measurements
@@ -21,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import databases
 import load
 import report
 import seed
@@ -90,6 +95,11 @@ def median_of(results):
             statistics.median(r.p99_ms for r in results))
 
 
+def median_ratio(ours, theirs):
+    """The median of paired req/s ratios, run i of ours over run i of theirs."""
+    return statistics.median(a.rps / b.rps for a, b in zip(ours, theirs))
+
+
 def start(server, started):
     """Start ``server``, remembering it in ``started`` so it is stopped at the end."""
     started.append(server)
@@ -97,7 +107,10 @@ def start(server, started):
 
 
 def compare(runner, contenders, rounds):
-    """Every workload on every contender, alternating; {workload: {name: medians}}."""
+    """Every workload on every contender, alternating.
+
+    Returns {workload: {name: (medians, paired ratio to plantstore or None)}}.
+    """
     for contender in contenders:  # warm up: imports, caches, connection pools
         runner.run(contender, WORKLOADS[0][1], seconds=1)
     table = {}
@@ -105,15 +118,18 @@ def compare(runner, contenders, rounds):
         print(f"{workload}  (wrk -t{load.THREADS} -c{load.CONNECTIONS}, "
               f"{runner.seconds}s x {rounds} rounds)", flush=True)
         results = runner.alternate(contenders, path, rounds)
-        table[workload] = {name: median_of(runs) for name, runs in results.items()}
+        ours = results["plantstore"]
+        table[workload] = {
+            name: (median_of(runs), None if name == "plantstore" else median_ratio(ours, runs))
+            for name, runs in results.items()}
     return table
 
 
-def measure_scale(runner, workdir, rounds, started):
+def measure_scale(runner, backend, rounds, started, workdir):
     """limit=100 with 1,000,000 plants in the store against 1,000."""
     contenders = []
     for plants in (1000, 1_000_000):
-        url = f"sqlite:///{workdir}/scale-{plants}.db"
+        url = backend.url(f"scale-{plants}")
         print(f"seeding {plants:,} plants ...", flush=True)
         token = seed.seed_plantstore(url, plants)
         server = start(servers.plantstore(url, workdir, VENV_BIN, name=f"plantstore-{plants}"),
@@ -200,18 +216,32 @@ def main():
     workdir = Path(tempfile.mkdtemp(prefix="plantstore-bench-"))
     print(f"working in {workdir}", flush=True)
     started = []
+    results = {"backends": {}}
+    names = ["plantstore"]
     try:
-        url = f"sqlite:///{workdir}/plantstore.db"
-        contenders = [Contender("plantstore", start(
-            servers.plantstore(url, workdir, VENV_BIN), started),
-            seed.seed_plantstore(url, PLANTS))]
-        if compare_yardsticks:
-            contenders += start_yardsticks(yardsticks, workdir, started)
-        results = {"compare": compare(runner, contenders, rounds)}
-        for contender in contenders:
-            contender.server.stop()
+        for backend_name in databases.chosen(compare_yardsticks):
+            backend = databases.backend(backend_name, workdir)
+            try:
+                print(f"== {backend_name} ==", flush=True)
+                measured = results["backends"][backend_name] = {}
+                url = backend.url("plantstore")
+                token = seed.seed_plantstore(url, PLANTS)
+                contenders = [Contender("plantstore", start(
+                    servers.plantstore(url, workdir, VENV_BIN,
+                                       name=f"plantstore-{backend_name}"), started), token)]
+                if compare_yardsticks:
+                    contenders += start_yardsticks(yardsticks, backend, workdir, started)
+                names = [c.name for c in contenders]
+                measured["compare"] = compare(runner, contenders, rounds)
+                for contender in contenders:
+                    contender.server.stop()
+                if extras:
+                    measured["scale"] = measure_scale(runner, backend, rounds, started, workdir)
+            finally:
+                for server in started:
+                    server.stop()
+                backend.drop_all()
         if extras:
-            results["scale"] = measure_scale(runner, workdir, rounds, started)
             if (REPO / "plantstore" / "webhooks" / "sender.py").exists():
                 results["webhook"] = measure_webhook(runner, workdir, rounds, started)
             results["memory"] = measure_memory(
@@ -219,32 +249,36 @@ def main():
     finally:
         for server in started:
             server.stop()
-    text = report.render(results, [c.name for c in contenders], seconds, rounds)
+    text = report.render(results, names, seconds, rounds)
     print(text)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text)
     print(f"written to {output.relative_to(REPO) if output.is_relative_to(REPO) else output}")
 
 
-def start_yardsticks(yardsticks, workdir, started):
-    """The ceiling and the FastAPI peer, each on its own seeded SQLite file."""
+def start_yardsticks(yardsticks, backend, workdir, started):
+    """The ceiling and the FastAPI peer, each on its own seeded database."""
     if not (yardsticks / "ceiling.py").exists():
         print(f"no yardsticks in {yardsticks}: plantstore alone", flush=True)
         return []
     contenders = []
-    ceiling_db = workdir / "ceiling.db"
-    token = seed.seed_yardstick(yardsticks / "ceiling.py", ceiling_db, PLANTS)
+    ceiling_env = backend.yardstick_env("ceiling")
+    token = seed.seed_yardstick(yardsticks / "ceiling.py", ceiling_env, PLANTS)
     contenders.append(Contender("ceiling", start(
-        servers.ceiling(yardsticks, ceiling_db, workdir, VENV_BIN), started), token))
-    if not (BENCH_VENV_BIN / "uvicorn").exists():
-        print("installing fastapi and uvicorn[standard] into .venv-bench", flush=True)
+        servers.ceiling(yardsticks, ceiling_env, workdir, VENV_BIN), started), token))
+    has_driver = (BENCH_VENV_BIN / "python").exists() and subprocess.run(
+        [str(BENCH_VENV_BIN / "python"), "-c", "import psycopg2, uvicorn"],
+        capture_output=True).returncode == 0
+    if not has_driver:
+        print("installing fastapi, uvicorn[standard] and psycopg2-binary into .venv-bench",
+              flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV_BIN.parent)], check=True)
         subprocess.run([str(BENCH_VENV_BIN / "pip"), "install", "-q", "fastapi",
-                        "uvicorn[standard]"], check=True)
-    peer_db = workdir / "peer.db"
-    token = seed.seed_yardstick(yardsticks / "ceiling.py", peer_db, PLANTS)
+                        "uvicorn[standard]", "psycopg2-binary"], check=True)
+    peer_env = backend.yardstick_env("peer")
+    token = seed.seed_yardstick(yardsticks / "ceiling.py", peer_env, PLANTS)
     contenders.append(Contender("fastapi-peer", start(
-        servers.peer(yardsticks, peer_db, workdir, BENCH_VENV_BIN), started), token))
+        servers.peer(yardsticks, peer_env, workdir, BENCH_VENV_BIN), started), token))
     return contenders
 
 

@@ -125,24 +125,21 @@ def plantstore(database_url, log_dir, venv_bin, name="plantstore", env=None):
         REPO, log_dir)
 
 
-def ceiling(yardsticks, database_path, log_dir, venv_bin):
-    """ceiling.py under gunicorn: as many workers, the same worker class.
-
-    One thread per worker: ceiling.py shares one SQLite connection per
-    process, which concurrent threads would trip over.
-    """
-    worker_class, _ = gunicorn_worker_settings()
+def ceiling(yardsticks, database_env, log_dir, venv_bin):
+    """ceiling.py under gunicorn: as many workers, the same worker class and
+    threads as plantstore (it keeps one connection per thread)."""
+    worker_class, threads = gunicorn_worker_settings()
     return Server(
         "ceiling",
         [str(venv_bin / "gunicorn"), "-w", str(WORKERS), "-k", worker_class,
-         "--threads", "1", "-b", "127.0.0.1:{port}", "ceiling:app"],
-        {"CEILING_DB": str(database_path)}, yardsticks, log_dir)
+         "--threads", str(threads), "-b", "127.0.0.1:{port}", "ceiling:app"],
+        database_env, yardsticks, log_dir)
 
 
-def peer(yardsticks, database_path, log_dir, bench_venv_bin):
+def peer(yardsticks, database_env, log_dir, bench_venv_bin):
     """peer_fastapi.py under uvicorn with as many worker processes."""
     return Server(
         "fastapi-peer",
         [str(bench_venv_bin / "uvicorn"), "--workers", str(WORKERS), "--host", "127.0.0.1",
          "--port", "{port}", "peer_fastapi:app"],
-        {"CEILING_DB": str(database_path)}, yardsticks, log_dir)
+        database_env, yardsticks, log_dir)

@@ -72,7 +72,13 @@ class ArgumentsParser(FlaskParser):
 
     def parse(self, argmap, req=None, *, location=None, unknown=core._UNKNOWN_DEFAULT_PARAM,
               validate=None, **kwargs):
-        """webargs' parse; for a query string seen lately, its remembered arguments."""
+        """webargs' parse; for a query string seen lately, its remembered
+        arguments; for a JSON body, the schema's ``fast_load`` when it has one
+        and it takes the body."""
+        if location == "json" and validate is None and hasattr(argmap, "fast_load"):
+            loaded = self._fast_load_json(argmap, req or flask.request)
+            if loaded is not None:
+                return loaded
         if location != "query" or validate is not None or not _is_schema(argmap):
             return super().parse(argmap, req, location=location, unknown=unknown,
                                  validate=validate, **kwargs)
@@ -85,6 +91,18 @@ class ArgumentsParser(FlaskParser):
                 self._parsed_queries.clear()
             self._parsed_queries[key] = parsed
         return dict(parsed)
+
+    def _fast_load_json(self, schema, req):
+        """``schema.fast_load`` of the body, or None to load it through the schema.
+
+        A body the fast path does not take, or cannot even read (the schema's
+        own load then answers the error), goes the schema's way.
+        """
+        try:
+            body = self._raw_load_json(req)
+        except ValueError:
+            return None
+        return None if body is core.missing else schema.fast_load(body)
 
     def _raw_load_json(self, req):
         """The JSON body, read so that no input can make it fail with a 500.

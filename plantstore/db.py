@@ -78,6 +78,21 @@ class TurnTakingSqliteDatabase(PooledSqliteDatabase):
             self._writer.release()
 
 
+class LocallyCheckedPostgresqlDatabase(PooledPostgresqlDatabase):
+    """Pooled PostgreSQL that checks a connection it hands out without a round trip.
+
+    peewee's pool sends ``SELECT 1`` on every check-out, holding the pool's
+    lock meanwhile: a network round trip per request, serialised across the
+    process's threads (a third of a list-10 request's database time). Here a
+    connection is reused unless the driver already knows it is broken; one
+    that died unnoticed (a server restart) fails the request it serves with
+    a 503 and is discarded, and the next request gets a fresh one.
+    """
+
+    def _is_closed(self, conn):
+        return bool(conn.closed) or not self._adapter.is_connection_reusable(conn)
+
+
 # What a postgresql:// URL's query string may set: libpq connection options.
 POSTGRES_URL_OPTIONS = frozenset({
     "application_name", "channel_binding", "connect_timeout", "gssencmode",
@@ -118,7 +133,7 @@ def database_from_url(url, pool_size=8):
         if unknown:
             raise ValueError(f"unknown connection option(s) {', '.join(unknown)} in "
                              f"the URL; allowed: {', '.join(sorted(POSTGRES_URL_OPTIONS))}")
-        return PooledPostgresqlDatabase(
+        return LocallyCheckedPostgresqlDatabase(
             parts.path.lstrip("/"), user=parts.username, password=parts.password,
             host=parts.hostname, port=port, max_connections=pool_size,
             stale_timeout=300, timeout=10, **options)
@@ -130,11 +145,16 @@ def database_from_url(url, pool_size=8):
 class Statement:
     """A peewee query compiled to SQL once per database, then run with fresh values.
 
-    Compiling a query costs more than SQLite takes to run it, so the hot
-    paths (token lookup, the plant list) keep theirs. ``build`` makes the
-    peewee query from its parameter values; called once with ``example``,
-    it must yield exactly those values as the SQL's parameters, in order,
-    so that later runs can pass their own values in the same places.
+    Only for statements every request runs, where building and compiling
+    the peewee query costs more than running it (measured with timeit on
+    SQLite: the token lookup 100 µs to build and compile, a list page 90 µs,
+    the plant insert 45 µs; running a compiled one 5 µs, of requests that
+    take 300-400 µs in all). Everything else is plain peewee.
+
+    ``build`` makes the peewee query from its parameter values; called once
+    with ``example``, it must yield exactly those values as the SQL's
+    parameters, in order, so that later runs can pass their own values in
+    the same places.
     """
 
     def __init__(self, build, *example):

@@ -23,6 +23,8 @@ import sys
 import time
 
 from gunicorn import glogging, util
+from gunicorn.http.errors import LimitRequestLine
+from gunicorn.workers.base import Worker
 from prometheus_client import multiprocess
 
 from . import logs, settings
@@ -126,9 +128,30 @@ def write_json_error(sock, status_int, reason, mesg):
     util.write_nonblock(sock, (head + body).encode("latin-1"))
 
 
+_gunicorn_handle_error = Worker.handle_error
+
+
+def handle_error(worker, req, client, addr, exc):
+    """gunicorn's ``Worker.handle_error``, but a request line over the limit is
+    a 414 URI Too Long, as HTTP says (gunicorn 27 answers 400).
+
+    The request line could not be read, so there is no request to log an
+    access line for.
+    """
+    if not isinstance(exc, LimitRequestLine):
+        return _gunicorn_handle_error(worker, req, client, addr, exc)
+    worker.log.warning("Invalid request from ip=%s: %s", (addr or ("",))[0], exc)
+    try:
+        write_json_error(client, 414, "URI Too Long", str(exc))
+    except Exception:
+        worker.log.debug("Failed to send error message.")
+
+
 def answer_protocol_errors_in_json():
-    """Make gunicorn (this process and the workers it forks) answer in JSON."""
+    """Make gunicorn (this process and the workers it forks) answer in JSON,
+    with the statuses HTTP gives each kind of refusal."""
     util.write_error = write_json_error
+    Worker.handle_error = handle_error
 
 
 def reset_after_fork(server, worker):

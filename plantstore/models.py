@@ -113,6 +113,3 @@ class Attempt(BaseModel):
     status_code = IntegerField(null=True)
     error = TextField(null=True)
     duration_ms = IntegerField()
-
-
-ALL_MODELS = [User, Token, Plant, Subscription, Delivery, Attempt]

@@ -188,7 +188,6 @@ SETTINGS = (
     Setting("WORKER_BATCH_SIZE", 20, integer(1, 1000),
             "Most deliveries one webhook worker claims at a time."),
 )
-BY_KEY = {setting.key: setting for setting in SETTINGS}
 
 
 def read(environ=None, overrides=None):

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from conftest import assert_error, bearer
+from helpers import assert_error, bearer
 from plantstore import db
 from plantstore.auth import READ, WRITE, revoke_token
 from plantstore.models import Token, utcnow

@@ -7,15 +7,12 @@ the rest runs in-process through the app's CLI runner, which is faster.
 import os
 import re
 import subprocess
-import sys
 from datetime import date, timedelta
-from pathlib import Path
 
 import pytest
 
-from conftest import bearer
+from helpers import PLANTSTORE, bearer, plantstore_env, run_plantstore
 
-PLANTSTORE = Path(sys.executable).with_name("plantstore")
 TOKEN = re.compile(r"pst_[A-Za-z0-9_-]{43}")
 
 
@@ -23,9 +20,7 @@ TOKEN = re.compile(r"pst_[A-Za-z0-9_-]{43}")
 def plantstore(database_url, tmp_path):
     """Run the console script on the test's database; returns the finished process."""
     def run(*args, url=database_url):
-        env = {**os.environ, "PLANTSTORE_DATABASE_URL": url}
-        return subprocess.run([str(PLANTSTORE), *args], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=60)
+        return run_plantstore(*args, env={**os.environ, **plantstore_env(url)}, cwd=tmp_path)
     return run
 
 

@@ -6,35 +6,24 @@ clients racing to create the same id must see exactly one 200 and 409s,
 never a 500 or a "database is locked".
 """
 import collections
-import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import urljoin
 
 import pytest
 import requests
 
-from conftest import bearer
+from helpers import bearer, walk_pages
 
 THREADS = 8
 CREATES_PER_THREAD = 150
 RACED_IDS = 12
 TIMEOUT = 30  # seconds, for every request
-LINK_NEXT = re.compile(r'<([^>]*)>; rel="next"')
 
 
-def walk_pages(session, url, headers):
+def every_plant(session, url, headers):
     """Every plant of every page, following rel="next" links."""
-    plants, next_url = [], url
-    for _ in range(10_000):
-        response = session.get(next_url, headers=headers, timeout=TIMEOUT)
-        assert response.status_code == 200, response.text
-        plants += response.json()
-        link = response.headers.get("Link")
-        if link is None:
-            return plants
-        next_url = urljoin(url, LINK_NEXT.fullmatch(link).group(1))
-    raise AssertionError("the pages did not end")
+    pages = walk_pages(session, url, headers, most_pages=10_000, timeout=TIMEOUT)
+    return [plant for page in pages for plant in page]
 
 
 @pytest.mark.slow
@@ -62,7 +51,7 @@ def test_eight_threads_of_150_creates_all_succeed_and_are_all_listed(
     total = sum(results, collections.Counter())
     assert total == {200: THREADS * CREATES_PER_THREAD}, total
     with requests.Session() as session:
-        plants = walk_pages(session, server.url + "/plants?limit=500", headers)
+        plants = every_plant(session, server.url + "/plants?limit=500", headers)
     expected = [{"name": f"plant {i}"} for i in range(THREADS * CREATES_PER_THREAD)]
     assert plants == expected
     assert "database is locked" not in server.output()
@@ -94,7 +83,7 @@ def test_racing_creates_of_one_id_give_exactly_one_200_and_the_rest_409(
         statuses = sorted(result[plant_id] for result in results)
         assert statuses == [200] + [409] * (THREADS - 1), (plant_id, statuses)
     with requests.Session() as session:
-        owned = (walk_pages(session, server.url + "/plants", bearer(alice))
-                 + walk_pages(session, server.url + "/plants", bearer(bob)))
+        owned = (every_plant(session, server.url + "/plants", bearer(alice))
+                 + every_plant(session, server.url + "/plants", bearer(bob)))
     assert len(owned) == RACED_IDS
     assert "database is locked" not in server.output()

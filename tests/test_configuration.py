@@ -3,28 +3,15 @@ the command and the server alike; the command is plantstore's own."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, free_port
+from helpers import REPO, free_port, run_plantstore
 from plantstore import __version__, create_app
 from plantstore.logs import redact
 from plantstore.settings import SettingError
 
-PLANTSTORE = str(Path(sys.executable).with_name("plantstore"))
-
-
-def run_plantstore(*args, env=None, python_prelude=None):
-    """Run the installed command with only ``env`` set; the finished process."""
-    environment = {"PATH": "/usr/bin:/bin", **(env or {})}
-    command = [PLANTSTORE, *args]
-    if python_prelude:
-        command = [sys.executable, "-c",
-                   f"{python_prelude}\nimport sys\nfrom plantstore.cli import main\n"
-                   f"sys.argv = ['plantstore', *{list(args)!r}]\nmain()"]
-    return subprocess.run(command, env=environment, cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
+PATH = {"PATH": "/usr/bin:/bin"}
 
 
 def assert_one_line_error(result, *fragments):
@@ -50,21 +37,27 @@ def assert_one_line_error(result, *fragments):
     ("PLANTSTORE_TOKEN_PREFIX", "a prefix with spaces"),
 ])
 def test_an_unusable_setting_is_one_line_naming_its_variable(variable, value):
-    result = run_plantstore("users", "list", env={variable: value})
+    result = run_plantstore("users", "list", env={**PATH, variable: value})
     assert_one_line_error(result, variable)
     assert result.returncode == 1
 
 
 def test_a_postgresql_url_without_its_driver_installed_is_one_line():
-    result = run_plantstore(
-        "users", "list", env={"PLANTSTORE_DATABASE_URL": "postgresql://postgres@127.0.0.1/x"},
-        python_prelude="import sys; sys.modules['psycopg2'] = sys.modules['psycopg'] = None")
+    without_drivers = ("import sys\n"
+                       "sys.modules['psycopg2'] = sys.modules['psycopg'] = None\n"
+                       "from plantstore.cli import main\n"
+                       "sys.argv = ['plantstore', 'users', 'list']\n"
+                       "main()")
+    result = subprocess.run(
+        [sys.executable, "-c", without_drivers], cwd=REPO, capture_output=True, text=True,
+        env={**PATH, "PLANTSTORE_DATABASE_URL": "postgresql://postgres@127.0.0.1/x"},
+        timeout=60)
     assert_one_line_error(result, "PLANTSTORE_DATABASE_URL", "psycopg2")
 
 
 def test_an_unreachable_database_is_one_line():
     url = f"postgresql://postgres@127.0.0.1:{free_port()}/plantstore"
-    result = run_plantstore("db", "check", env={"PLANTSTORE_DATABASE_URL": url})
+    result = run_plantstore("db", "check", env={**PATH, "PLANTSTORE_DATABASE_URL": url})
     assert_one_line_error(result, "Connection refused")
 
 
@@ -76,14 +69,14 @@ def test_settings_have_bounds_and_are_named_when_passed_to_the_factory(database_
 
 
 def test_the_help_lists_plantstores_commands_only_and_the_version_is_plantstores():
-    result = run_plantstore("--help")
+    result = run_plantstore("--help", env=PATH)
     assert result.returncode == 0
     commands = result.stdout.split("Commands:")[1].split()
     listed = {word for word in commands if word.islower() and word.isalpha()}
     assert {"db", "users", "tokens", "webhooks", "deliveries", "worker"} <= listed
     assert not {"run", "shell", "routes"} & listed
     assert "--app" not in result.stdout and "--debug" not in result.stdout
-    version = run_plantstore("--version")
+    version = run_plantstore("--version", env=PATH)
     assert version.stdout.strip() == f"plantstore, version {__version__}"
 
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import assert_error, bearer, free_port
+from helpers import assert_error, bearer, free_port
 from plantstore import create_app, db
 from plantstore.auth import issue_token
 from plantstore.models import User

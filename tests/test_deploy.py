@@ -7,47 +7,14 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 import requests
 
-from conftest import REPO, Gunicorn, bearer, serve, wait_until_up
+from helpers import REPO, bearer, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-class SplitGunicorn(Gunicorn):
-    """A Gunicorn whose stdout and stderr are kept apart, started as operators
-    do, by its console script (``python -m gunicorn`` cannot re-exec itself
-    on USR2: its package directory would shadow the standard library)."""
-
-    def start(self):
-        self.stdout = tempfile.TemporaryFile()
-        self.process = subprocess.Popen(
-            [str(Path(sys.executable).with_name("gunicorn")),
-             "-c", "config/gunicorn.conf.py", "wsgi:app"],
-            cwd=REPO, env=self.env, stdout=self.stdout, stderr=self.log,
-            start_new_session=True)
-        wait_until_up(self.url + "/healthz", self.process)
-        return self
-
-    def stdout_lines(self):
-        """What gunicorn wrote on stdout, line by line."""
-        self.stdout.seek(0)
-        return self.stdout.read().decode().splitlines()
-
-    def stderr_lines(self):
-        """What gunicorn wrote on stderr, line by line."""
-        return self.output().splitlines()
-
-
-@pytest.fixture
-def split_gunicorn(app, database_url):
-    """Start a SplitGunicorn on the test's database; stopped afterwards."""
-    yield from serve(SplitGunicorn, database_url)
 
 
 def access_lines(server):
@@ -58,25 +25,18 @@ def access_lines(server):
 
 def wait_for_line(server, predicate, seconds=10):
     """The first access line matching ``predicate`` (lines are flushed late)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for line in access_lines(server):
-            if predicate(line):
-                return line
-        time.sleep(0.05)
-    raise AssertionError(f"no such access line in {server.stdout_lines()}")
+    return wait_until(
+        lambda: next((line for line in access_lines(server) if predicate(line)), None),
+        timeout=seconds, interval=0.05,
+        message=lambda: f"no such access line in {server.stdout_lines()}")
 
 
 def test_port_host_and_web_concurrency_choose_bind_and_worker_count(split_gunicorn):
     server = split_gunicorn(workers=3, env={"HOST": "127.0.0.1"})
     assert requests.get(server.url + "/healthz", timeout=5).json() == {"status": "ok"}
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        booted = [line for line in server.stderr_lines() if "Booting worker" in line]
-        if len(booted) == 3:
-            break
-        time.sleep(0.1)
-    assert len(booted) == 3, server.output()
+    wait_until(lambda: len([line for line in server.stderr_lines()
+                            if "Booting worker" in line]) == 3,
+               timeout=10, interval=0.1, message=server.output)
     assert f"Listening at: http://127.0.0.1:{server.port}" in server.output()
 
 
@@ -123,7 +83,8 @@ def test_sigterm_lets_an_in_flight_request_finish(split_gunicorn, alice, worker_
         # The request is in flight (accepted, its body half sent) when
         # SIGTERM arrives.
         conn.sendall(head + body[:10])
-        _until(lambda: _accepted(server.port, conn.getsockname()[1]))
+        wait_until(lambda: _accepted(server.port, conn.getsockname()[1]),
+                   timeout=20, interval=0.1)
         server.process.send_signal(signal.SIGTERM)
         time.sleep(1.0)
         assert server.process.poll() is None, "the server quit with a request in flight"
@@ -243,14 +204,6 @@ def _gone(pid):
         return True
 
 
-def _until(condition, seconds=20):
-    """Poll ``condition`` until it is true; fail after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-
-
 def _listening_pids(server):
     """The pids of the gunicorn masters that logged "Listening at"."""
     return [entry["pid"] for entry in map(json.loads, server.stderr_lines())
@@ -274,7 +227,7 @@ def test_usr2_upgrade_keeps_serving_and_counting_and_cleans_up(split_gunicorn, t
                                             "PROMETHEUS_MULTIPROC_DIR": ""})
     (old_dir,) = private_tmp.glob("plantstore-metrics-*")
     server.process.send_signal(signal.SIGUSR2)
-    _until(lambda: _new_master_booted_a_worker(server))
+    wait_until(lambda: _new_master_booted_a_worker(server), timeout=20, interval=0.1)
     new_master = _listening_pids(server)[1]
     try:
         server.process.send_signal(signal.SIGTERM)  # the old master hands over
@@ -291,5 +244,5 @@ def test_usr2_upgrade_keeps_serving_and_counting_and_cleans_up(split_gunicorn, t
             in scrape
     finally:
         os.kill(new_master, signal.SIGTERM)
-        _until(lambda: _gone(new_master))
+        wait_until(lambda: _gone(new_master), timeout=20, interval=0.1)
     assert not new_dir.exists()

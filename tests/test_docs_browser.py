@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 from plantstore import db
 from plantstore.models import Plant
 

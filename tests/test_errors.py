@@ -5,7 +5,7 @@ import pytest
 import requests
 from peewee import DatabaseError
 
-from conftest import assert_error, bearer
+from helpers import assert_error, bearer
 from plantstore import create_app, db
 
 MIB = 1024 * 1024

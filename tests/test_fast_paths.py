@@ -12,11 +12,13 @@ import time
 
 import pytest
 from flask import json
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from gunicorn.config import Config as GunicornConfig
 from peewee import IntegrityError, OperationalError
 from webargs.flaskparser import FlaskParser
 
-from conftest import assert_error, bearer
+from helpers import assert_error, bearer, seed
 from plantstore import db
 from plantstore.api import Blueprint
 from plantstore.auth import find_caller, issue_token
@@ -24,16 +26,8 @@ from plantstore.gunicorn import JSONAccessLogger, _plain_json_stream_handler
 from plantstore.logs import REQUEST_ID_ENVIRON_KEY, JSONFormatter
 from plantstore.models import Plant, Subscription, User, utcnow
 from plantstore.plants import queries
-from plantstore.plants.schemas import PlantQueryArgsSchema, PlantSchema
+from plantstore.plants.schemas import NewPlantSchema, PlantQueryArgsSchema, PlantSchema
 from plantstore.webhooks import audience
-
-
-def seed(owner_name, ids, tag=None):
-    """Store plants of ``owner_name`` straight in the database."""
-    with db.database.atomic():
-        owner = User.get(User.name == owner_name)
-        Plant.insert_many([{"id": i, "owner": owner.id, "name": f"plant {i}", "tag": tag}
-                           for i in ids]).execute()
 
 
 def peewee_page(caller, after, limit):
@@ -142,6 +136,59 @@ def test_created_plant_body_is_byte_for_byte_the_schema_dump(app, client, alice)
         with app.app_context():
             documented = json.dumps(PlantSchema().dump(Plant.get_by_id(plant_id)))
         assert response.data == documented.encode()
+
+
+# Bodies around every edge the schema checks: types, int64 bounds, lengths,
+# NUL, lone surrogates, missing and extra keys.
+_edge_text = st.one_of(
+    st.text(max_size=3), st.text(min_size=254, max_size=257),
+    st.sampled_from(["", "x", "\x00", "a\x00b", "\ud800", "Fern", "é" * 255, "é" * 256]))
+_edge_value = st.one_of(
+    st.none(), st.booleans(), _edge_text, st.floats(allow_nan=False),
+    st.integers(-(2 ** 64), 2 ** 64),
+    st.sampled_from([2 ** 63 - 1, 2 ** 63, -(2 ** 63), -(2 ** 63) - 1, 0]),
+    st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2), st.integers(),
+                                                         max_size=2))
+_bodies = st.one_of(
+    st.fixed_dictionaries({"id": _edge_value, "name": _edge_value},
+                          optional={"tag": _edge_value, "extra": _edge_value}),
+    _edge_value)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_bodies)
+def test_the_create_body_fast_path_loads_exactly_what_the_schema_loads(body):
+    fast = NewPlantSchema.fast_load(body)
+    if fast is None:
+        return  # left to the schema, which answers as always
+    assert fast == NewPlantSchema().load(body)
+
+
+@pytest.mark.parametrize("body", [
+    {"id": 1, "name": "Fern"}, {"id": 1, "name": "Fern", "tag": ""},
+    {"id": -(2 ** 63), "name": "é" * 255, "tag": "t" * 255, "unknown": [1]},
+])
+def test_the_fast_path_takes_the_usual_valid_bodies(body):
+    assert NewPlantSchema.fast_load(body) == NewPlantSchema().load(body)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"id": 1, "name": "Fern"}', b'{"id": 2, "name": "Fern", "tag": null}',
+    b'{"id": 1.0, "name": "Fern"}', b'{"id": 9223372036854775808, "name": "x"}',
+    b'{"id": 3, "name": ""}', b'{"id": 4, "name": "a\\u0000b"}', b'{"id": 5, "name": "\\ud800"}',
+    b'{"id": true, "name": "x"}', b'[1]', b'{"id": 6', b'\xff\xfe', b'"text"',
+])
+def test_a_create_answers_byte_for_byte_as_without_the_fast_path(
+        app, client, alice, monkeypatch, body):
+    fast = client.post("/plants", data=body, headers={
+        **bearer(alice), "Content-Type": "application/json", "X-Request-ID": "same"})
+    monkeypatch.delattr(NewPlantSchema, "fast_load")
+    with app.app_context():
+        Plant.delete().execute()
+    slow = client.post("/plants", data=body, headers={
+        **bearer(alice), "Content-Type": "application/json", "X-Request-ID": "same"})
+    assert (fast.status_code, fast.data) == (slow.status_code, slow.data)
+    assert fast.headers == slow.headers
 
 
 def test_compiled_subscription_lookup_gives_the_models_peewee_would(app, alice):

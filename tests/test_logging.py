@@ -4,14 +4,11 @@ import json
 import logging
 import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import requests
 
-from conftest import bearer
+from helpers import bearer, plantstore_env, run_plantstore
 from plantstore.logs import JSONFormatter, redact
 
 
@@ -101,9 +98,8 @@ def test_gunicorn_output_is_json_lines_with_request_ids_and_no_tokens(gunicorn_s
 
 
 def test_the_plantstore_command_logs_json_lines_on_stderr(tmp_path):
-    env = {**os.environ, "PLANTSTORE_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
-    done = subprocess.run([str(Path(sys.executable).with_name("plantstore")), "db", "upgrade"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    env = {**os.environ, **plantstore_env(f"sqlite:///{tmp_path / 'cli.db'}")}
+    done = run_plantstore("db", "upgrade", env=env, cwd=None)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("applied ")
     entries = [json.loads(line) for line in done.stderr.splitlines()]

@@ -2,17 +2,13 @@
 latency, webhook outcomes and outbox backlog, summed across gunicorn workers."""
 import json
 import os
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import bearer
+from helpers import bearer, plantstore_env, run_plantstore, wait_until
 from plantstore import create_app, db
 from plantstore.models import Delivery, Subscription
 
@@ -112,14 +108,21 @@ def test_counts_are_exact_across_gunicorn_workers(gunicorn_server, alice):
     def list_plants(_):
         """One GET /plants; its status."""
         return requests.get(server.url + "/plants", headers=bearer(alice), timeout=10).status_code
-    # Bursts until at least two workers have answered (a worker still
-    # booting under load leaves everything to the first one).
-    sent, deadline = 0, time.monotonic() + 30
-    while len(answering_pids(server, "/plants")) < 2 and time.monotonic() < deadline:
+    sent = 0
+
+    def two_workers_answered():
+        """Whether two workers have answered; if not, another burst."""
+        nonlocal sent
+        if len(answering_pids(server, "/plants")) >= 2:
+            return True
         with ThreadPoolExecutor(max_workers=6) as pool:
             assert set(pool.map(list_plants, range(20))) == {200}
         sent += 20
-    assert len(answering_pids(server, "/plants")) >= 2, "one worker answered everything"
+        return False
+    # Bursts until at least two workers have answered (a worker still
+    # booting under load leaves everything to the first one).
+    wait_until(two_workers_answered, timeout=30, interval=0,
+               message="one worker answered everything")
 
     scrapes = [requests.get(server.url + "/metrics", timeout=10).text for _ in range(6)]
     labels = {"route": "/plants", "method": "GET"}
@@ -141,14 +144,15 @@ def test_webhook_deliveries_are_counted_by_outcome(gunicorn_server, runner, alic
     assert created.status_code == 200
     # The create sends right after its commit; give a sender finishing after
     # the response a moment, then the counts must be exact.
-    deadline = time.monotonic() + 10
-    while True:
+
+    def scrape_once_both_are_counted():
+        """The /metrics text once two deliveries are counted, else None."""
         text = requests.get(server.url + "/metrics", timeout=10).text
         done = sum(sample(text, "plantstore_webhook_deliveries_total", outcome=outcome)
                    for outcome in ("delivered", "gone"))
-        if done >= 2 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+        return text if done >= 2 else None
+    text = wait_until(scrape_once_both_are_counted, timeout=10, interval=0.1,
+                      message="the two deliveries were not counted")
     assert sample(text, "plantstore_webhook_deliveries_total", outcome="delivered") == 1
     assert sample(text, "plantstore_webhook_deliveries_total", outcome="gone") == 1
     assert sample(text, "plantstore_outbox_pending_deliveries") == 0
@@ -167,11 +171,10 @@ def test_deliveries_by_the_webhook_worker_count_in_the_web_scrape(
     server = gunicorn_server(workers=2, env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)})
     before = requests.get(server.url + "/metrics", timeout=10).text
     assert sample(before, "plantstore_outbox_pending_deliveries") == 1
-    worker = subprocess.run(
-        [str(Path(sys.executable).with_name("plantstore")), "worker", "--once"],
-        env={**os.environ, "PLANTSTORE_DATABASE_URL": database_url,
-             "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)},
-        capture_output=True, text=True, timeout=60)
+    worker = run_plantstore(
+        "worker", "--once", cwd=None,
+        env={**os.environ, **plantstore_env(database_url),
+             "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)})
     assert worker.returncode == 0, worker.stderr
     after = requests.get(server.url + "/metrics", timeout=10).text
     assert sample(after, "plantstore_webhook_deliveries_total", outcome="delivered") == 1

@@ -21,65 +21,40 @@ from datetime import timedelta
 import pytest
 import requests
 
-from conftest import assert_error, bearer
+from helpers import assert_error, bearer, headers_but_request_id, listed, post_plant
 from plantstore.auth import digest, revoke_token
 from plantstore.models import Attempt, Delivery, Plant, Subscription, Token, User, utcnow
-from webhook_helpers import Answer, make_receiver, subscribe  # noqa: F401 (fixture)
+from plugins.webhooks import (RETRY_EVERY_SECOND, Answer, run_worker, sleep_until, subscribe,
+                              wait_for_attempts)
 
 NEW_PLANT = {"id": 7, "name": "fern", "tag": "green"}
-
-
-@pytest.fixture
-def app_config():
-    """Webhook retries a second apart, and short send timeouts."""
-    return {"WEBHOOK_RETRY_SCHEDULE": "1,1", "WEBHOOK_CONNECT_TIMEOUT": 0.5,
-            "WEBHOOK_READ_TIMEOUT": 1.0}
-
-
-def create(client, token, body):
-    """POST ``body`` as JSON to /plants with ``token``."""
-    return client.post("/plants", json=body, headers=bearer(token))
-
-
-def listed(client, token, query=""):
-    """What GET /plants answers ``token``'s holder (status checked)."""
-    response = client.get("/plants" + query, headers=bearer(token))
-    assert response.status_code == 200, response.data
-    return response.get_json()
+pytestmark = pytest.mark.app_config(RETRY_EVERY_SECOND)
 
 
 def retry_now(runner):
     """Wait for the create's attempt to be recorded and its retry to fall
     due, then let ``plantstore worker --once`` make it."""
-    deadline = time.monotonic() + 5
-    while Attempt.select().count() < 1:
-        assert time.monotonic() < deadline, "the create's attempt was not recorded"
-        time.sleep(0.02)
-    wait = Delivery.get().next_attempt_at - utcnow()
-    time.sleep(max(0.0, wait.total_seconds()) + 0.05)
-    result = runner.invoke(args=["worker", "--once"])
-    assert result.exit_code == 0, result.output
-    return result
+    wait_for_attempts(1)
+    sleep_until(Delivery.get().next_attempt_at)
+    run_worker(runner)
 
 
 def comparable(response):
     """Status, body and headers of an answer, less its per-request id."""
-    headers = tuple(sorted((name, value) for name, value in response.headers.items()
-                           if name.lower() != "x-request-id"))
-    return response.status_code, response.get_data(), headers
+    return response.status_code, response.get_data(), headers_but_request_id(response)
 
 
 # --- API1: object-level authorization ---------------------------------------
 
 def test_api1_another_users_plants_are_not_listed(client, alice, bob):
-    assert create(client, alice, NEW_PLANT).status_code == 200
+    assert post_plant(client, alice, NEW_PLANT).status_code == 200
     assert listed(client, bob) == []
     assert listed(client, bob, "?after=0&limit=1000") == []
     assert listed(client, alice) == [{"name": "fern", "tag": "green"}]
 
 
 def test_api1_deleting_another_users_plant_is_the_404_of_an_unknown_id(client, alice, bob):
-    assert create(client, alice, NEW_PLANT).status_code == 200
+    assert post_plant(client, alice, NEW_PLANT).status_code == 200
 
     taken = client.delete("/plants/7", headers=bearer(bob))
     unknown = client.delete("/plants/8", headers=bearer(bob))
@@ -95,11 +70,11 @@ def test_api1_deleting_another_users_plant_is_the_404_of_an_unknown_id(client, a
 def test_api1_a_taken_id_reveals_neither_its_owner_nor_its_plant(client, alice, bob):
     """Ids are global and client-chosen (SPEC §1), so a create of a taken id
     is a 409; that answer is the same whoever holds the id."""
-    assert create(client, alice, NEW_PLANT).status_code == 200
-    assert create(client, bob, {"id": 8, "name": "moss"}).status_code == 200
+    assert post_plant(client, alice, NEW_PLANT).status_code == 200
+    assert post_plant(client, bob, {"id": 8, "name": "moss"}).status_code == 200
 
-    on_alices = create(client, bob, {"id": 7, "name": "probe"})
-    on_own = create(client, bob, {"id": 8, "name": "probe"})
+    on_alices = post_plant(client, bob, {"id": 7, "name": "probe"})
+    on_own = post_plant(client, bob, {"id": 8, "name": "probe"})
 
     body = assert_error(on_alices, 409)
     assert "fern" not in body["message"] and "green" not in body["message"]
@@ -109,8 +84,8 @@ def test_api1_a_taken_id_reveals_neither_its_owner_nor_its_plant(client, alice, 
 
 
 def test_api1_admin_lists_and_deletes_every_users_plants(client, alice, bob, admin):
-    assert create(client, alice, NEW_PLANT).status_code == 200
-    assert create(client, bob, {"id": 3, "name": "moss"}).status_code == 200
+    assert post_plant(client, alice, NEW_PLANT).status_code == 200
+    assert post_plant(client, bob, {"id": 3, "name": "moss"}).status_code == 200
 
     assert listed(client, admin) == [{"name": "moss"}, {"name": "fern", "tag": "green"}]
     assert client.delete("/plants/7", headers=bearer(admin)).status_code == 204
@@ -191,7 +166,7 @@ def test_api2_no_token_reaches_the_application_log(app, client, alice, make_toke
     revoked = _revoked(app, make_token)
     caplog.set_level(logging.DEBUG)
     client.get("/plants", headers=bearer(alice))
-    create(client, alice, NEW_PLANT)
+    post_plant(client, alice, NEW_PLANT)
     client.get(f"/plants?access_token={alice}")
     client.get("/plants", headers=bearer(revoked))
     client.delete(f"/plants/{alice}", headers=bearer(alice))
@@ -249,8 +224,8 @@ def test_api3_owner_and_privilege_fields_in_a_create_are_ignored(app, client, al
 
 
 def test_api3_a_create_never_makes_its_caller_an_admin(client, alice, bob):
-    assert create(client, bob, {"id": 1, "name": "moss"}).status_code == 200
-    assert create(client, alice, {**NEW_PLANT, "admin": True, "is_admin": True}
+    assert post_plant(client, bob, {"id": 1, "name": "moss"}).status_code == 200
+    assert post_plant(client, alice, {**NEW_PLANT, "admin": True, "is_admin": True}
                   ).status_code == 200
     assert listed(client, alice) == [{"name": "fern", "tag": "green"}]
     assert_error(client.delete("/plants/1", headers=bearer(alice)), 404)
@@ -264,14 +239,14 @@ def test_api3_a_create_never_makes_its_caller_an_admin(client, alice, bob):
     pytest.param({"id": None}, id="null id"),
 ])
 def test_api3_id_tricks_are_refused_and_store_nothing(app, client, alice, trick):
-    error = assert_error(create(client, alice, {**NEW_PLANT, **trick}), 400)
+    error = assert_error(post_plant(client, alice, {**NEW_PLANT, **trick}), 400)
     assert "id" in error["details"]
     with app.app_context():
         assert Plant.select().count() == 0
 
 
 def test_api3_an_unknown_capitalised_id_key_does_not_pick_the_id(app, client, alice):
-    assert create(client, alice, {**NEW_PLANT, "ID": 99, "Id": 98}).status_code == 200
+    assert post_plant(client, alice, {**NEW_PLANT, "ID": 99, "Id": 98}).status_code == 200
     with app.app_context():
         assert [plant.id for plant in Plant.select()] == [7]
 
@@ -381,7 +356,7 @@ def test_api7_only_post_webhooks_registers_one_and_never_for_an_internal_address
                            headers=bearer(admin)).status_code in (404, 405)
     body = {**NEW_PLANT, "webhook": "http://127.0.0.1:1/", "url": "http://127.0.0.1:1/",
             "callback_url": "http://127.0.0.1:1/"}
-    assert create(client, alice, body).status_code == 200
+    assert post_plant(client, alice, body).status_code == 200
     with app.app_context():
         assert Subscription.select().count() == 0 and Delivery.select().count() == 0
     rules = {rule.rule for rule in app.url_map.iter_rules()}
@@ -394,14 +369,14 @@ def test_api7_only_post_webhooks_registers_one_and_never_for_an_internal_address
 
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
 def test_api7_a_receiver_redirect_is_followed_neither_by_the_create_nor_by_the_worker(
-        app, client, runner, alice, make_receiver, status):  # noqa: F811
+        app, client, runner, alice, make_receiver, status):
     """A receiver that points elsewhere (say, at an internal address) never
     gets the service to send anything there."""
     target = make_receiver()
     redirecting = make_receiver(Answer(status=status, headers={"Location": target.url}))
     subscribe(runner, redirecting.url)
 
-    assert create(client, alice, NEW_PLANT).status_code == 200
+    assert post_plant(client, alice, NEW_PLANT).status_code == 200
     redirecting.wait_for(1)
     retry_now(runner)
 
@@ -414,10 +389,10 @@ def test_api7_a_receiver_redirect_is_followed_neither_by_the_create_nor_by_the_w
 
 
 def test_api7_the_worker_reads_an_endless_receiver_answer_only_up_to_the_cap(
-        app, client, runner, alice, make_receiver):  # noqa: F811
+        app, client, runner, alice, make_receiver):
     receiver = make_receiver(Answer(status=500, endless=True))
     subscribe(runner, receiver.url)
-    assert create(client, alice, NEW_PLANT).status_code == 200
+    assert post_plant(client, alice, NEW_PLANT).status_code == 200
     receiver.wait_for(1)
 
     retry_now(runner)

@@ -2,18 +2,17 @@
 validation, conflicts, limits and keyset paging, per-user access, and the
 fast list path that must answer what the documented schema answers."""
 import re
-from urllib.parse import urljoin
 
 import pytest
 from flask import json
 
-from conftest import assert_error, bearer
-from plantstore import create_app, db
+from helpers import (assert_error, bearer, headers_but_request_id, listed, next_url,
+                     post_plant, seed, walk_pages)
+from plantstore import create_app
 from plantstore.models import Plant, User
 from plantstore.plants.schemas import PlantSchema, plant_json
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
-LINK_NEXT = re.compile(r'<([^>]*)>; rel="next"')
 
 
 def user_id(name):
@@ -21,64 +20,20 @@ def user_id(name):
     return User.get(User.name == name).id
 
 
-def seed(owner, ids, tag=None):
-    """Store plants straight in the database (fast), each named after its id."""
-    with db.database.atomic():
-        owner_id = user_id(owner)
-        Plant.insert_many([{"id": i, "owner": owner_id, "name": f"plant {i}", "tag": tag}
-                           for i in ids]).execute()
-
-
 def names(ids):
     """The names ``seed`` gives plants ``ids``, in the order given."""
     return [f"plant {i}" for i in ids]
 
 
-def create(client, token, body):
-    """POST ``body`` as JSON to /plants with ``token``."""
-    return client.post("/plants", json=body, headers=bearer(token))
-
-
-def listed(client, token, query=""):
+def listed_names(client, token, query=""):
     """The names GET /plants answers ``token``'s holder (status checked)."""
-    response = client.get("/plants" + query, headers=bearer(token))
-    assert response.status_code == 200, response.data
-    return [plant["name"] for plant in response.get_json()]
-
-
-def same_headers(response):
-    """The response's headers but the per-request id, to compare two answers."""
-    return sorted((name, value) for name, value in response.headers.items()
-                  if name.lower() != "x-request-id")
-
-
-def next_url(response):
-    """The absolute URL of the response's rel="next" link, or None."""
-    link = response.headers.get("Link")
-    if link is None:
-        return None
-    match = LINK_NEXT.fullmatch(link)
-    assert match, f"not an RFC 8288 next link: {link!r}"
-    return urljoin(response.request.url, match.group(1))
-
-
-def walk(client, token, url, most_pages=50):
-    """Follow rel="next" links from ``url``; returns the pages' bodies."""
-    pages = []
-    while url is not None:
-        assert len(pages) < most_pages, "the next links never end"
-        response = client.get(url, headers=bearer(token))
-        assert response.status_code == 200, response.data
-        assert isinstance(response.get_json(), list)
-        pages.append(response.get_json())
-        url = next_url(response)
-    return pages
+    return [plant["name"] for plant in listed(client, token, query)]
 
 
 # --- create ---------------------------------------------------------------
 
 def test_create_answers_200_with_name_and_tag_and_never_the_id(client, alice):
-    response = create(client, alice, {"id": 7, "name": "fern", "tag": "green"})
+    response = post_plant(client, alice, {"id": 7, "name": "fern", "tag": "green"})
     assert response.status_code == 200
     assert response.mimetype == "application/json"
     assert response.get_json() == {"name": "fern", "tag": "green"}
@@ -86,7 +41,7 @@ def test_create_answers_200_with_name_and_tag_and_never_the_id(client, alice):
 
 
 def test_a_plant_without_tag_is_shown_without_the_tag_key(client, alice):
-    response = create(client, alice, {"id": 7, "name": "fern"})
+    response = post_plant(client, alice, {"id": 7, "name": "fern"})
     assert response.status_code == 200
     assert response.get_json() == {"name": "fern"}
     assert b"tag" not in response.data
@@ -97,7 +52,7 @@ def test_a_plant_without_tag_is_shown_without_the_tag_key(client, alice):
 
 def test_unknown_fields_are_ignored_and_never_stored(client, alice, bob):
     bob_id = user_id("bob")
-    response = create(client, alice, {
+    response = post_plant(client, alice, {
         "id": 7, "name": "fern", "owner": bob_id, "user_id": bob_id,
         "admin": True, "extra": {"nested": [1, 2]}, "created_at": "1970-01-01"})
     assert response.status_code == 200
@@ -105,13 +60,13 @@ def test_unknown_fields_are_ignored_and_never_stored(client, alice, bob):
     plant = Plant.get_by_id(7)
     assert (plant.owner_id, plant.name, plant.tag) == (user_id("alice"), "fern", None)
     assert plant.created_at.year > 1970
-    assert listed(client, bob) == []
-    assert listed(client, alice) == ["fern"]
+    assert listed_names(client, bob) == []
+    assert listed_names(client, alice) == ["fern"]
 
 
 def test_names_and_tags_of_255_characters_are_accepted(client, alice):
     name, tag = "é" * 255, "🌿" * 255
-    response = create(client, alice, {"id": 7, "name": name, "tag": tag})
+    response = post_plant(client, alice, {"id": 7, "name": name, "tag": tag})
     assert response.status_code == 200
     assert client.get("/plants", headers=bearer(alice)).get_json() == [
         {"name": name, "tag": tag}]
@@ -144,9 +99,9 @@ INVALID_BODIES = [
 
 @pytest.mark.parametrize("body, field", INVALID_BODIES)
 def test_invalid_create_body_is_400_naming_the_field(client, alice, body, field):
-    error = assert_error(create(client, alice, body), 400)
+    error = assert_error(post_plant(client, alice, body), 400)
     assert field in error["details"], error
-    assert listed(client, alice) == []
+    assert listed_names(client, alice) == []
 
 
 MALFORMED_BODIES = [
@@ -167,32 +122,32 @@ def test_malformed_or_non_object_body_is_400_with_details(client, alice, raw):
     response = client.post("/plants", data=raw, content_type="application/json",
                            headers=bearer(alice))
     assert "details" in assert_error(response, 400)
-    assert listed(client, alice) == []
+    assert listed_names(client, alice) == []
 
 
 def test_creating_a_taken_id_is_409_and_keeps_the_first_plant(client, alice):
-    assert create(client, alice, {"id": 7, "name": "fern"}).status_code == 200
-    error = assert_error(create(client, alice, {"id": 7, "name": "moss"}), 409)
+    assert post_plant(client, alice, {"id": 7, "name": "fern"}).status_code == 200
+    error = assert_error(post_plant(client, alice, {"id": 7, "name": "moss"}), 409)
     assert "7" in error["message"]
-    assert listed(client, alice) == ["fern"]
+    assert listed_names(client, alice) == ["fern"]
 
 
 def test_an_id_taken_by_another_user_is_409_too(client, alice, bob):
-    assert create(client, bob, {"id": 7, "name": "fern"}).status_code == 200
-    assert_error(create(client, alice, {"id": 7, "name": "moss"}), 409)
-    assert listed(client, alice) == []
-    assert listed(client, bob) == ["fern"]
+    assert post_plant(client, bob, {"id": 7, "name": "fern"}).status_code == 200
+    assert_error(post_plant(client, alice, {"id": 7, "name": "moss"}), 409)
+    assert listed_names(client, alice) == []
+    assert listed_names(client, bob) == ["fern"]
 
 
 def test_zero_negative_and_extreme_int64_ids_work(client, alice):
     ids = [INT64_MAX, 0, INT64_MIN, -1, 1]
     for plant_id in ids:
-        response = create(client, alice, {"id": plant_id, "name": f"plant {plant_id}"})
+        response = post_plant(client, alice, {"id": plant_id, "name": f"plant {plant_id}"})
         assert response.status_code == 200, response.data
-    assert listed(client, alice) == names(sorted(ids))
+    assert listed_names(client, alice) == names(sorted(ids))
     for plant_id in ids:
         assert client.delete(f"/plants/{plant_id}", headers=bearer(alice)).status_code == 204
-    assert listed(client, alice) == []
+    assert listed_names(client, alice) == []
 
 
 # --- list -----------------------------------------------------------------
@@ -200,9 +155,9 @@ def test_zero_negative_and_extreme_int64_ids_work(client, alice):
 def test_list_is_ordered_by_id_ascending_whatever_the_creation_order(client, alice):
     ids = [5, -3, 12, 0, 7, -40]
     for plant_id in ids:
-        assert create(client, alice, {"id": plant_id, "name": f"plant {plant_id}"}
+        assert post_plant(client, alice, {"id": plant_id, "name": f"plant {plant_id}"}
                       ).status_code == 200
-    assert listed(client, alice) == names(sorted(ids))
+    assert listed_names(client, alice) == names(sorted(ids))
 
 
 def test_limit_defaults_to_100(client, alice):
@@ -260,7 +215,7 @@ class TestConfiguredListBounds:
 
     def test_limit_up_to_list_limit_max_is_accepted(self, client, alice):
         seed("alice", range(5))
-        assert listed(client, alice, "?limit=3") == names(range(3))
+        assert listed_names(client, alice, "?limit=3") == names(range(3))
 
     def test_limit_above_list_limit_max_is_400_naming_it(self, client, alice):
         error = assert_error(client.get("/plants?limit=4", headers=bearer(alice)), 400)
@@ -289,7 +244,7 @@ def test_next_link_is_present_exactly_when_more_plants_remain(client, alice):
 def test_following_next_links_walks_every_plant_exactly_once(client, alice):
     ids = [INT64_MIN, -10, -1, 0, 1, 2, 99, INT64_MAX]
     seed("alice", ids)
-    pages = walk(client, alice, "/plants?limit=3")
+    pages = walk_pages(client, "/plants?limit=3", bearer(alice))
     assert [len(page) for page in pages] == [3, 3, 2]
     assert [p["name"] for page in pages for p in page] == names(ids)
 
@@ -301,7 +256,8 @@ def test_paging_neither_repeats_nor_skips_when_plants_change_between_pages(clien
     client.delete("/plants/2", headers=bearer(alice))
     client.delete("/plants/5", headers=bearer(alice))
     seed("alice", [-1, 20])
-    rest = [p["name"] for page in walk(client, alice, next_url(first)) for p in page]
+    rest = [p["name"] for page in walk_pages(client, next_url(first), bearer(alice))
+            for p in page]
     assert rest == names([4, 6, 7, 8, 9, 20])
 
 
@@ -309,9 +265,9 @@ def test_paging_sees_only_the_callers_plants_and_admin_pages_through_all(
         client, alice, bob, admin):
     seed("alice", [1, 3, 5, 7, 9])
     seed("bob", [2, 4, 6, 8])
-    alice_pages = walk(client, alice, "/plants?limit=2")
+    alice_pages = walk_pages(client, "/plants?limit=2", bearer(alice))
     assert [p["name"] for page in alice_pages for p in page] == names([1, 3, 5, 7, 9])
-    admin_pages = walk(client, admin, "/plants?limit=4")
+    admin_pages = walk_pages(client, "/plants?limit=4", bearer(admin))
     assert [p["name"] for page in admin_pages for p in page] == names(range(1, 10))
 
 
@@ -328,14 +284,14 @@ def test_body_stays_a_plain_array_when_a_next_link_is_sent(client, alice):
 def test_users_list_only_their_own_plants(client, alice, bob):
     seed("alice", [1, 3])
     seed("bob", [2])
-    assert listed(client, alice) == names([1, 3])
-    assert listed(client, bob) == names([2])
+    assert listed_names(client, alice) == names([1, 3])
+    assert listed_names(client, bob) == names([2])
 
 
 def test_admin_lists_every_users_plants(client, alice, bob, admin):
     seed("alice", [1, 3])
     seed("bob", [2])
-    assert listed(client, admin) == names([1, 2, 3])
+    assert listed_names(client, admin) == names([1, 2, 3])
 
 
 def test_delete_answers_204_with_an_empty_body_and_removes_the_plant(client, alice):
@@ -343,7 +299,7 @@ def test_delete_answers_204_with_an_empty_body_and_removes_the_plant(client, ali
     response = client.delete("/plants/1", headers=bearer(alice))
     assert response.status_code == 204
     assert response.data == b""
-    assert listed(client, alice) == names([2])
+    assert listed_names(client, alice) == names([2])
     assert_error(client.delete("/plants/1", headers=bearer(alice)), 404)
 
 
@@ -356,17 +312,17 @@ def test_delete_of_another_users_plant_is_404_exactly_like_an_unknown_id(client,
     seed("bob", [5])
     hidden = client.delete("/plants/5", headers=bearer(alice))
     assert_error(hidden, 404)
-    assert listed(client, bob) == names([5])
+    assert listed_names(client, bob) == names([5])
     assert client.delete("/plants/5", headers=bearer(bob)).status_code == 204
     unknown = client.delete("/plants/5", headers=bearer(alice))
     assert (hidden.status_code, hidden.data) == (unknown.status_code, unknown.data)
-    assert same_headers(hidden) == same_headers(unknown)
+    assert headers_but_request_id(hidden) == headers_but_request_id(unknown)
 
 
 def test_admin_can_delete_any_users_plant(client, alice, admin):
     seed("alice", [5])
     assert client.delete("/plants/5", headers=bearer(admin)).status_code == 204
-    assert listed(client, alice) == []
+    assert listed_names(client, alice) == []
 
 
 @pytest.mark.parametrize("raw_id", [
@@ -398,7 +354,7 @@ def test_plant_json_dumps_to_the_bytes_of_the_schema_dump(app, name, tag):
 def test_list_response_is_byte_for_byte_the_schema_dump_of_the_stored_plants(
         app, client, alice):
     for plant_id, (name, tag) in enumerate(case.values for case in FAST_PATH_CASES):
-        assert create(client, alice, {"id": plant_id, "name": name,
+        assert post_plant(client, alice, {"id": plant_id, "name": name,
                                       **({} if tag is None else {"tag": tag})}
                       ).status_code == 200
     response = client.get("/plants", headers=bearer(alice))

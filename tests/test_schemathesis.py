@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 from plantstore import db
 from plantstore.models import Plant, Subscription, User
 from plantstore.webhooks.signing import new_secret
-from webhook_helpers import make_receiver  # noqa: F401
 
 SCHEMATHESIS = str(Path(sys.executable).with_name("schemathesis"))
 UPSTREAM_DOCUMENT = REPO.parent / "shared" / "reference" / "plant-store.openapi.json"

@@ -1,13 +1,13 @@
 """The settings have one source, plantstore/settings.py: the reference page
 and the example environment file must agree with it."""
-import pathlib
 import re
 
+from helpers import REPO
 from plantstore import settings
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-REFERENCE = ROOT / "docs" / "settings.md"
-ENV_EXAMPLE = ROOT / "config" / "plantstore.env.example"
+REFERENCE = REPO / "docs" / "settings.md"
+ENV_EXAMPLE = REPO / "config" / "plantstore.env.example"
+SETTINGS_BY_KEY = {setting.key: setting for setting in settings.SETTINGS}
 
 _VARIABLE = re.compile(r"\b" + settings.ENV_PREFIX + r"[A-Z0-9_]+\b")
 _ASSIGNMENT = re.compile(r"^\s*(#\s*)?(" + settings.ENV_PREFIX + r"[A-Z0-9_]+)=(.*)$")
@@ -23,7 +23,7 @@ def test_every_plantstore_variable_in_the_env_example_is_a_real_setting():
     named = set(_VARIABLE.findall(ENV_EXAMPLE.read_text(encoding="utf-8")))
     assert named, "config/plantstore.env.example names no PLANTSTORE_* variable"
     unknown = sorted(name for name in named
-                     if name[len(settings.ENV_PREFIX):] not in settings.BY_KEY)
+                     if name[len(settings.ENV_PREFIX):] not in SETTINGS_BY_KEY)
     assert not unknown, (
         f"config/plantstore.env.example names {', '.join(unknown)}, which "
         "plantstore/settings.py does not define (nothing would read it): "
@@ -35,7 +35,7 @@ def test_defaults_shown_commented_out_in_the_env_example_are_the_real_defaults()
         match = _ASSIGNMENT.match(line)
         if not match or not match.group(1):
             continue  # a value the operator is meant to set, not a default shown
-        setting = settings.BY_KEY.get(match.group(2)[len(settings.ENV_PREFIX):])
+        setting = SETTINGS_BY_KEY.get(match.group(2)[len(settings.ENV_PREFIX):])
         if setting is None:
             continue  # not a setting at all: the test above names it
         assert setting.read(match.group(3).strip()) == setting.read(setting.default), (

@@ -1,5 +1,8 @@
-"""The core operations end to end through the app's test client."""
-from conftest import bearer
+"""The core operations end to end through the app's test client, and once
+through a real gunicorn."""
+import pytest
+
+from helpers import bearer
 
 
 def test_create_list_delete_round_trip(client, alice):
@@ -15,6 +18,7 @@ def test_create_list_delete_round_trip(client, alice):
     assert client.get("/plants", headers=bearer(alice)).get_json() == []
 
 
+@pytest.mark.slow
 def test_gunicorn_serves_the_api_over_http(gunicorn_server, alice):
     import requests
     server = gunicorn_server()

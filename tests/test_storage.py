@@ -3,8 +3,6 @@ timeout, immediate write transactions), the schema made only by migrations,
 and concurrent creates through a real gunicorn on the suite's backend."""
 import os
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -14,13 +12,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import bearer
+from helpers import bearer, plantstore_env, run_plantstore
 from plantstore import create_app, db
 from plantstore.auth import issue_token
 from plantstore.models import User
 
 PACKAGE = Path(db.__file__).resolve().parent
-PLANTSTORE = Path(sys.executable).with_name("plantstore")
 CORE_TABLES = {"user", "token", "plant", "subscription", "delivery", "attempt"}
 
 
@@ -80,9 +77,8 @@ def test_db_upgrade_creates_the_schema_the_app_never_creates_itself(tmp_path):
         assert tables(path) == set()
     finally:
         db.database.close_all()
-    result = subprocess.run(
-        [str(PLANTSTORE), "db", "upgrade"], cwd=tmp_path, capture_output=True, text=True,
-        env={**os.environ, "PLANTSTORE_DATABASE_URL": f"sqlite:///{path}"}, timeout=60)
+    result = run_plantstore("db", "upgrade", cwd=tmp_path,
+                            env={**os.environ, **plantstore_env(f"sqlite:///{path}")})
     assert result.returncode == 0, result.stderr
     assert tables(path) >= CORE_TABLES | {"schema_migration"}
 

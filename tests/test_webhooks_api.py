@@ -5,12 +5,10 @@ import datetime
 
 import pytest
 
-from conftest import assert_error, bearer
+from helpers import assert_error, bearer, create_plant
 from plantstore.auth import READ, WEBHOOKS_READ, WEBHOOKS_WRITE, WRITE
 from plantstore.models import Delivery, Subscription
-from plantstore.webhooks.config import settings_of
-from plantstore.webhooks.worker import Worker
-from webhook_helpers import Answer, make_receiver, subscribe, verify  # noqa: F401
+from plugins.webhooks import Answer, run_worker, subscribe, verify
 
 LOOPBACK = {"WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8"}
 
@@ -30,18 +28,6 @@ def created(client, token, url, **extra):
     response = register(client, token, url, **extra)
     assert response.status_code == 201, response.data
     return response.get_json()
-
-
-def create_plant(client, token, plant_id, name="fern"):
-    response = client.post("/plants", json={"id": plant_id, "name": name},
-                           headers=bearer(token))
-    assert response.status_code == 200, response.data
-
-
-def run_worker(app):
-    """Deliver everything due now, as `plantstore worker --once` does."""
-    with app.app_context():
-        return Worker(settings_of(app)).run_once()
 
 
 def test_post_webhooks_answers_201_with_id_url_active_and_a_secret(client, alice):
@@ -287,7 +273,7 @@ def test_a_bad_deliveries_query_is_400(client, alice, query):
 
 @pytest.mark.slow
 def test_test_answers_202_and_the_receiver_gets_a_signed_example_event(
-        app, client, alice, make_receiver):
+        client, runner, alice, make_receiver):
     receiver = make_receiver()
     body = created(client, alice, receiver.url)
 
@@ -296,7 +282,7 @@ def test_test_answers_202_and_the_receiver_gets_a_signed_example_event(
     assert response.status_code == 202
     queued = response.get_json()
     assert (queued["status"], queued["event"]) == ("pending", "plant.test")
-    run_worker(app)
+    run_worker(runner)
     [got] = receiver.wait_for(1)
     assert got.headers["webhook-id"] == queued["webhook_id"]
     assert set(verify(body["secret"], got)) == {"id", "name", "tag"}
@@ -306,7 +292,7 @@ def test_test_answers_202_and_the_receiver_gets_a_signed_example_event(
 
 @pytest.mark.slow
 def test_recover_sends_every_failed_delivery_since_the_time_again_with_its_id(
-        app, client, alice, make_receiver):
+        client, runner, alice, make_receiver):
     receiver = make_receiver(answer=Answer(500))
     body = created(client, alice, receiver.url)
     create_plant(client, alice, 1)
@@ -324,7 +310,7 @@ def test_recover_sends_every_failed_delivery_since_the_time_again_with_its_id(
 
     assert (none.status_code, none.get_json()) == (202, {"queued": 0})
     assert (response.status_code, response.get_json()) == (202, {"queued": 2})
-    run_worker(app)
+    run_worker(runner)
     again = [r.headers["webhook-id"] for r in receiver.wait_for(4)[2:]]
     assert sorted(again) == sorted(first_ids)
     assert Delivery.select().where(Delivery.status == "delivered").count() == 2

@@ -2,43 +2,19 @@
 and ``worker --once``, their output and their refusals."""
 import base64
 import json
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, bearer
+from helpers import create_plant, plantstore_env, run_plantstore
 from plantstore.models import Attempt, Delivery, Subscription, utcnow
 from plantstore.webhooks import secrets
-from webhook_helpers import Answer, make_receiver, subscribe, verify  # noqa: F401
+from plugins.webhooks import RETRY_AT_ONCE, Answer, subscribe, verify, wait_for_attempts
 
-PLANTSTORE = str(Path(sys.executable).with_name("plantstore"))
-
-
-@pytest.fixture
-def app_config():
-    return {"WEBHOOK_CONNECT_TIMEOUT": 0.3, "WEBHOOK_READ_TIMEOUT": 0.6,
-            "WEBHOOK_RETRY_SCHEDULE": "0"}
+pytestmark = pytest.mark.app_config(RETRY_AT_ONCE)
 
 
 def invoke(runner, *args):
     return runner.invoke(args=list(args))
-
-
-def create(client, token, plant_id):
-    response = client.post("/plants", json={"id": plant_id, "name": "fern"},
-                           headers=bearer(token))
-    assert response.status_code == 200, response.get_json()
-
-
-def settle(count, timeout=5.0):
-    """Wait until ``count`` attempts are recorded (sending threads write them)."""
-    deadline = time.monotonic() + timeout
-    while Attempt.select().count() < count:
-        assert time.monotonic() < deadline, "attempts were not recorded in time"
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -46,14 +22,14 @@ def one_of_each(client, runner, alice, make_receiver):
     """Deliveries 1 delivered, 2 failed (two attempts, HTTP 500), 3 pending."""
     receiver = make_receiver()
     subscribe(runner, receiver.url)
-    create(client, alice, 1)
-    settle(1)
+    create_plant(client, alice, 1)
+    wait_for_attempts(1)
     receiver.answer = Answer(500, body=b"boom")
-    create(client, alice, 2)
-    settle(2)
+    create_plant(client, alice, 2)
+    wait_for_attempts(2)
     assert invoke(runner, "worker", "--once").stdout.strip() == "failed 1"
-    create(client, alice, 3)
-    settle(4)
+    create_plant(client, alice, 3)
+    wait_for_attempts(4)
     return receiver
 
 
@@ -71,22 +47,20 @@ def test_webhooks_add_prints_one_json_object_with_id_url_and_secret(runner):
 
 
 def test_the_installed_command_prints_only_the_json_object_on_stdout(app, database_url):
-    result = subprocess.run(
-        [PLANTSTORE, "webhooks", "add", "http://127.0.0.1:9/hook", "--bearer", "t0k"],
-        env={"PATH": "/usr/bin:/bin", "PLANTSTORE_DATABASE_URL": database_url},
-        cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = run_plantstore("webhooks", "add", "http://127.0.0.1:9/hook", "--bearer", "t0k",
+                            env={"PATH": "/usr/bin:/bin", **plantstore_env(database_url)})
     assert result.returncode == 0, result.stderr
     created = json.loads(result.stdout)
     assert created["url"] == "http://127.0.0.1:9/hook"
     assert Subscription.get_by_id(created["id"]).bearer_token == "t0k"
 
 
+@pytest.mark.slow
 def test_a_malformed_webhook_setting_is_named_without_a_traceback(app, database_url):
-    result = subprocess.run(
-        [PLANTSTORE, "worker", "--once"],
-        env={"PATH": "/usr/bin:/bin", "PLANTSTORE_DATABASE_URL": database_url,
-             "PLANTSTORE_WEBHOOK_RETRY_SCHEDULE": "5,soon"},
-        cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = run_plantstore(
+        "worker", "--once",
+        env={"PATH": "/usr/bin:/bin",
+             **plantstore_env(database_url, WEBHOOK_RETRY_SCHEDULE="5,soon")})
     assert result.returncode == 1
     assert result.stderr.startswith(
         "Error: PLANTSTORE_WEBHOOK_RETRY_SCHEDULE must be seconds, comma-separated")
@@ -128,8 +102,8 @@ def test_webhooks_remove_deletes_the_receiver_with_its_deliveries(
         client, runner, alice, make_receiver):
     receiver = make_receiver()
     subscription_id, _ = subscribe(runner, receiver.url)
-    create(client, alice, 1)
-    settle(1)
+    create_plant(client, alice, 1)
+    wait_for_attempts(1)
     result = invoke(runner, "webhooks", "remove", str(subscription_id))
     assert result.exit_code == 0
     assert result.stdout.strip() == f"removed webhook subscription {subscription_id}"
@@ -156,14 +130,14 @@ def test_webhooks_enable_sends_to_a_disabled_receiver_again(
         client, runner, alice, make_receiver):
     receiver = make_receiver(Answer(410))
     subscription_id, _ = subscribe(runner, receiver.url)
-    create(client, alice, 1)
-    settle(1)
+    create_plant(client, alice, 1)
+    wait_for_attempts(1)
     assert not Subscription.get_by_id(subscription_id).is_active
 
     receiver.answer = Answer(200)
     result = invoke(runner, "webhooks", "enable", str(subscription_id))
     assert result.exit_code == 0
-    create(client, alice, 2)
+    create_plant(client, alice, 2)
     assert json.loads(receiver.wait_for(2)[1].body)["id"] == 2
 
 

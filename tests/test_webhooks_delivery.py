@@ -8,31 +8,14 @@ import time
 import pytest
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from conftest import bearer
+from helpers import bearer, create_plant, free_port
 from plantstore.models import Attempt, Delivery, Subscription
-from webhook_helpers import Answer, make_receiver, subscribe, verify  # noqa: F401
+from plugins.webhooks import (RETRY_EVERY_SECOND, Answer, subscribe, verify,
+                              wait_for_attempts)
 
-CONNECT, READ = 0.3, 0.6
-
-
-@pytest.fixture
-def app_config():
-    return {"WEBHOOK_CONNECT_TIMEOUT": CONNECT, "WEBHOOK_READ_TIMEOUT": READ,
-            "WEBHOOK_RETRY_SCHEDULE": "1,1"}
-
-
-def create(client, token, **plant):
-    response = client.post("/plants", json=plant, headers=bearer(token))
-    assert response.status_code == 200, response.get_json()
-    return response
-
-
-def wait_for_attempts(count, timeout=5.0):
-    """Attempts are recorded by the sending thread: wait until ``count`` are."""
-    deadline = time.monotonic() + timeout
-    while Attempt.select().count() < count:
-        assert time.monotonic() < deadline, "attempts were not recorded in time"
-        time.sleep(0.02)
+pytestmark = pytest.mark.app_config(RETRY_EVERY_SECOND)
+CONNECT = RETRY_EVERY_SECOND["WEBHOOK_CONNECT_TIMEOUT"]
+READ = RETRY_EVERY_SECOND["WEBHOOK_READ_TIMEOUT"]
 
 
 def test_create_posts_the_signed_new_plant_to_every_active_receiver(
@@ -42,7 +25,7 @@ def test_create_posts_the_signed_new_plant_to_every_active_receiver(
     _, token_secret = subscribe(runner, with_token.url, bearer="rcv-token-1")
     before = int(time.time())
 
-    create(client, alice, id=7, name="fern", tag="green")
+    create_plant(client, alice, 7, tag="green")
 
     for receiver, secret in ((plain, plain_secret), (with_token, token_secret)):
         [got] = receiver.wait_for(1)
@@ -66,7 +49,7 @@ def test_the_body_sent_is_exactly_the_stored_payload_and_omits_an_unset_tag(
         client, runner, alice, make_receiver):
     receiver = make_receiver()
     subscribe(runner, receiver.url)
-    create(client, alice, id=-9223372036854775808, name="fern \u00e9\u2603", extra="x")
+    create_plant(client, alice, -9223372036854775808, "fern \u00e9\u2603", extra="x")
     [got] = receiver.wait_for(1)
     assert json.loads(got.body) == {"id": -9223372036854775808, "name": "fern \u00e9\u2603"}
     [delivery] = Delivery.select()
@@ -82,7 +65,7 @@ def test_deliveries_are_written_in_the_plant_transaction_only_for_active_subscri
     from plantstore.webhooks.outcomes import disable_subscription
     disable_subscription(disabled_id, "test")
 
-    create(client, alice, id=1, name="fern")
+    create_plant(client, alice, 1)
     conflict = client.post("/plants", json={"id": 1, "name": "again"}, headers=bearer(alice))
 
     assert conflict.status_code == 409
@@ -92,7 +75,7 @@ def test_deliveries_are_written_in_the_plant_transaction_only_for_active_subscri
 
 
 def test_a_create_with_no_subscription_queues_nothing(client, alice):
-    create(client, alice, id=1, name="fern")
+    create_plant(client, alice, 1)
     assert Delivery.select().count() == 0
 
 
@@ -101,7 +84,7 @@ def test_a_failing_receiver_never_fails_the_create_and_the_delivery_waits_for_a_
     receiver = make_receiver(Answer(500, body=b"database on fire"))
     subscribe(runner, receiver.url)
 
-    response = create(client, alice, id=1, name="fern")
+    response = create_plant(client, alice, 1)
 
     assert response.get_json() == {"name": "fern"}
     wait_for_attempts(1)
@@ -121,7 +104,7 @@ def test_slow_receivers_never_hold_the_create_past_connect_plus_read_timeout(
         subscribe(runner, receiver.url)
 
     started = time.monotonic()
-    create(client, alice, id=1, name="fern")
+    create_plant(client, alice, 1)
     elapsed = time.monotonic() - started
 
     assert elapsed < CONNECT + READ + 0.4, elapsed
@@ -132,9 +115,8 @@ def test_slow_receivers_never_hold_the_create_past_connect_plus_read_timeout(
 
 
 def test_unreachable_receiver_is_a_recorded_connection_failure(client, runner, alice):
-    from conftest import free_port
     subscribe(runner, f"http://127.0.0.1:{free_port()}/hook")
-    create(client, alice, id=1, name="fern")
+    create_plant(client, alice, 1)
     wait_for_attempts(1)
     [attempt] = Attempt.select()
     assert attempt.status_code is None
@@ -145,7 +127,7 @@ def test_a_url_the_http_client_cannot_use_is_a_recorded_failure_not_a_failed_cre
         client, runner, alice):
     subscribe(runner, "http://127.0.0.1:9/hook")
     Subscription.update(url="http://[::1/hook").execute()  # written by hand, unparseable
-    create(client, alice, id=1, name="fern")
+    create_plant(client, alice, 1)
     wait_for_attempts(1)
     [attempt] = Attempt.select()
     assert attempt.status_code is None and "InvalidURL" in attempt.error
@@ -157,7 +139,7 @@ def test_a_redirect_is_a_failure_and_is_not_followed(client, runner, alice, make
     redirecting = make_receiver(Answer(302, headers={"Location": target.url}))
     subscribe(runner, redirecting.url)
 
-    create(client, alice, id=1, name="fern")
+    create_plant(client, alice, 1)
 
     redirecting.wait_for(1)
     wait_for_attempts(1)
@@ -172,7 +154,7 @@ def test_an_endless_response_body_is_read_only_up_to_the_cap(
         client, runner, alice, make_receiver):
     receiver = make_receiver(Answer(200, endless=True))
     subscribe(runner, receiver.url)
-    create(client, alice, id=1, name="fern")
+    create_plant(client, alice, 1)
     wait_for_attempts(1)
     [attempt] = Attempt.select()
     # Reading it all would have run into the read deadline instead.
@@ -185,7 +167,7 @@ def test_consecutive_creates_reuse_the_receivers_keep_alive_connection(
     receiver = make_receiver()
     subscribe(runner, receiver.url)
     for plant_id in range(10):
-        create(client, alice, id=plant_id, name="fern")
+        create_plant(client, alice, plant_id)
         wait_for_attempts(plant_id + 1)  # the sending thread is free again
     received = receiver.wait_for(10)
     connections = {got.client_port for got in received}
@@ -196,7 +178,7 @@ def test_the_attempt_log_keeps_time_status_and_duration(client, runner, alice, m
     receiver = make_receiver(Answer(204, body=b"", delay=0.05))
     subscribe(runner, receiver.url)
     before = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
-    create(client, alice, id=1, name="fern")
+    create_plant(client, alice, 1)
     wait_for_attempts(1)
     [attempt] = Attempt.select()
     assert attempt.status_code == 204 and attempt.error is None
@@ -210,6 +192,6 @@ def test_a_cookie_set_by_a_receiver_is_never_sent_back(client, runner, alice, ma
     receiver = make_receiver(Answer(200, headers={"Set-Cookie": "tracker=1; Path=/"}))
     subscribe(runner, receiver.url)
     for plant_id in (1, 2):
-        create(client, alice, id=plant_id, name="fern")
+        create_plant(client, alice, plant_id)
         wait_for_attempts(plant_id)
     assert [got.headers.get("cookie") for got in receiver.wait_for(2)] == [None, None]

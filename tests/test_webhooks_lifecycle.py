@@ -9,13 +9,13 @@ import time
 import pytest
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from conftest import bearer
+from helpers import bearer, create_plant
 from plantstore import db
 from plantstore.models import Attempt, Delivery, Subscription, utcnow
 from plantstore.webhooks import secrets
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.worker import Worker
-from webhook_helpers import Answer, make_receiver, subscribe, verify  # noqa: F401
+from plugins.webhooks import Answer, subscribe, verify
 
 HOUR = datetime.timedelta(hours=1)
 
@@ -24,12 +24,6 @@ HOUR = datetime.timedelta(hours=1)
 def app_config():
     return {"WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8", "WEBHOOK_RETRY_SCHEDULE": "0,0,0",
             "WEBHOOK_DISABLE_AFTER_HOURS": 2}
-
-
-def create_plant(client, token, plant_id):
-    response = client.post("/plants", json={"id": plant_id, "name": "fern"},
-                           headers=bearer(token))
-    assert response.status_code == 200, response.data
 
 
 def invoke(runner, *args):

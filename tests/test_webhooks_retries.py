@@ -8,39 +8,15 @@ import time
 import pytest
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from conftest import bearer
+from helpers import create_plant
 from plantstore import create_app
 from plantstore.models import Attempt, Delivery, Subscription
-from plantstore.settings import BY_KEY, SettingError
+from plantstore.settings import SETTINGS, SettingError
 from plantstore.webhooks.sender import parse_retry_after
-from webhook_helpers import Answer, make_receiver, subscribe, verify  # noqa: F401
+from plugins.webhooks import (QUICK_SENDS, RETRY_AT_ONCE, RETRY_EVERY_SECOND, Answer,
+                              run_worker, sleep_until, subscribe, verify, wait_for_attempts)
 
-SHORT = {"WEBHOOK_CONNECT_TIMEOUT": 0.3, "WEBHOOK_READ_TIMEOUT": 0.6}
-
-
-@pytest.fixture
-def app_config():
-    return {**SHORT, "WEBHOOK_RETRY_SCHEDULE": "1,1"}
-
-
-def create(client, token, plant_id):
-    response = client.post("/plants", json={"id": plant_id, "name": "fern"},
-                           headers=bearer(token))
-    assert response.status_code == 200, response.get_json()
-
-
-def run_worker(runner):
-    result = runner.invoke(args=["worker", "--once"])
-    assert result.exit_code == 0, result.output
-    return result.stdout.strip()
-
-
-def settle(count, timeout=5.0):
-    """Wait until ``count`` attempts are recorded (sending threads write them)."""
-    deadline = time.monotonic() + timeout
-    while Attempt.select().count() < count:
-        assert time.monotonic() < deadline, "attempts were not recorded in time"
-        time.sleep(0.02)
+pytestmark = pytest.mark.app_config(RETRY_EVERY_SECOND)
 
 
 def attempt_end(delivery):
@@ -50,19 +26,13 @@ def attempt_end(delivery):
     return attempt.started_at + datetime.timedelta(milliseconds=attempt.duration_ms)
 
 
-def sleep_until(moment):
-    """Sleep until the stored UTC time ``moment`` has passed."""
-    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
-    time.sleep(max(0.0, (moment - now).total_seconds()) + 0.05)
-
-
 def test_failures_retry_on_the_schedule_with_one_webhook_id_then_give_up(
         client, runner, alice, make_receiver):
     receiver = make_receiver(Answer(503, body=b"maintenance"))
     _, secret = subscribe(runner, receiver.url)
 
-    create(client, alice, 1)
-    settle(1)
+    create_plant(client, alice, 1)
+    wait_for_attempts(1)
     assert run_worker(runner) == "nothing due"  # the retry is a second away
     for attempt in (2, 3):
         sleep_until(Delivery.get().next_attempt_at)
@@ -88,8 +58,8 @@ def test_scheduled_delays_are_jittered(client, runner, alice, make_receiver):
     receiver = make_receiver(Answer(500))
     subscribe(runner, receiver.url)
     for plant_id in range(12):
-        create(client, alice, plant_id)
-    settle(12)
+        create_plant(client, alice, plant_id)
+    wait_for_attempts(12)
     delays = [(delivery.next_attempt_at - attempt_end(delivery)).total_seconds()
               for delivery in Delivery.select()]
     # 1 s ± 10 %, counted from the end of the attempt; the outcome is
@@ -98,17 +68,16 @@ def test_scheduled_delays_are_jittered(client, runner, alice, make_receiver):
     assert max(delays) - min(delays) > 0.01, delays
 
 
-@pytest.mark.parametrize("app_config", [{**SHORT, "WEBHOOK_RETRY_SCHEDULE": "1,1",
-                                         "WORKER_BATCH_SIZE": 1}])
+@pytest.mark.app_config({**RETRY_EVERY_SECOND, "WORKER_BATCH_SIZE": 1})
 def test_a_410_disables_the_subscription_and_fails_its_waiting_deliveries(
         client, runner, alice, make_receiver):
     gone = make_receiver(Answer(500))
     other = make_receiver()
     gone_id, _ = subscribe(runner, gone.url)
     subscribe(runner, other.url)
-    create(client, alice, 1)
-    create(client, alice, 2)
-    settle(4)
+    create_plant(client, alice, 1)
+    create_plant(client, alice, 2)
+    wait_for_attempts(4)
 
     gone.answer = Answer(410, body=b"unsubscribed")
     sleep_until(max(d.next_attempt_at for d in Delivery.select()))
@@ -119,13 +88,13 @@ def test_a_410_disables_the_subscription_and_fails_its_waiting_deliveries(
     assert "410" in subscription.disabled_reason
     gone_deliveries = Delivery.select().where(Delivery.subscription == gone_id)
     assert {d.status for d in gone_deliveries} == {Delivery.FAILED}
-    create(client, alice, 3)
+    create_plant(client, alice, 3)
     other.wait_for(3)
     assert len(gone.requests) == 3  # two creates and the one 410: nothing since
     assert Delivery.select().where(Delivery.subscription == gone_id).count() == 2
 
 
-@pytest.mark.parametrize("app_config", [{**SHORT, "WEBHOOK_RETRY_SCHEDULE": "0,3"}])
+@pytest.mark.app_config({**QUICK_SENDS, "WEBHOOK_RETRY_SCHEDULE": "0,3"})
 @pytest.mark.parametrize("status, retry_after, expected", [
     (503, "2", 2.0),
     (429, "http-date+3", 3.0),  # whole seconds: 2 to 3 s from now
@@ -138,8 +107,8 @@ def test_retry_after_on_429_and_503_postpones_the_next_attempt(
     receiver = make_receiver(Answer(status, headers={"Retry-After": retry_after}))
     subscribe(runner, receiver.url)
 
-    create(client, alice, 1)
-    settle(1)
+    create_plant(client, alice, 1)
+    wait_for_attempts(1)
 
     delivery = Delivery.get()
     attempt = Attempt.get()
@@ -149,12 +118,12 @@ def test_retry_after_on_429_and_503_postpones_the_next_attempt(
     assert len(receiver.requests) == 1
 
 
-@pytest.mark.parametrize("app_config", [{**SHORT, "WEBHOOK_RETRY_SCHEDULE": "0"}])
+@pytest.mark.app_config(RETRY_AT_ONCE)
 def test_retry_after_is_ignored_on_other_statuses(client, runner, alice, make_receiver):
     receiver = make_receiver(Answer(500, headers={"Retry-After": "30"}))
     subscribe(runner, receiver.url)
-    create(client, alice, 1)
-    settle(1)
+    create_plant(client, alice, 1)
+    wait_for_attempts(1)
     assert run_worker(runner) == "failed 1"
 
 
@@ -167,13 +136,13 @@ def test_after_a_rotation_both_secrets_sign_until_the_overlap_ends(
     new_secret = rotated.stdout.strip()
     assert new_secret.startswith("whsec_") and new_secret != old_secret
 
-    create(client, alice, 1)
+    create_plant(client, alice, 1)
     [got] = receiver.wait_for(1)
     assert len(got.headers["webhook-signature"].split(" ")) == 2
     assert verify(old_secret, got) == verify(new_secret, got) == {"id": 1, "name": "fern"}
 
     Subscription.update(retired_secrets="[]").execute()  # the overlap ended
-    create(client, alice, 2)
+    create_plant(client, alice, 2)
     got = receiver.wait_for(2)[1]
     assert len(got.headers["webhook-signature"].split(" ")) == 1
     assert verify(new_secret, got) == {"id": 2, "name": "fern"}
@@ -181,18 +150,21 @@ def test_after_a_rotation_both_secrets_sign_until_the_overlap_ends(
         verify(old_secret, got)
 
 
-@pytest.mark.parametrize("app_config", [{**SHORT, "WEBHOOK_SECRET_OVERLAP_HOURS": 0}])
+@pytest.mark.app_config({**QUICK_SENDS, "WEBHOOK_SECRET_OVERLAP_HOURS": 0})
 def test_with_no_overlap_a_rotated_secret_stops_signing_at_once(
         client, runner, alice, make_receiver):
     receiver = make_receiver()
     subscription_id, old_secret = subscribe(runner, receiver.url)
     new_secret = runner.invoke(
         args=["webhooks", "rotate-secret", str(subscription_id)]).stdout.strip()
-    create(client, alice, 1)
+    create_plant(client, alice, 1)
     [got] = receiver.wait_for(1)
     assert verify(new_secret, got) == {"id": 1, "name": "fern"}
     with pytest.raises(WebhookVerificationError):
         verify(old_secret, got)
+
+
+RETRY_SCHEDULE = next(s for s in SETTINGS if s.key == "WEBHOOK_RETRY_SCHEDULE")
 
 
 @pytest.mark.parametrize("raw, expected", [
@@ -205,13 +177,13 @@ def test_with_no_overlap_a_rotated_secret_stops_signing_at_once(
     ("", ()),
 ])
 def test_the_retry_schedule_is_read_from_any_shape_the_environment_gives(raw, expected):
-    assert BY_KEY["WEBHOOK_RETRY_SCHEDULE"].read(raw) == expected
+    assert RETRY_SCHEDULE.read(raw) == expected
 
 
 @pytest.mark.parametrize("raw", ["5,soon", "-1,5", True, {"a": 1}])
 def test_a_malformed_retry_schedule_is_refused(raw):
     with pytest.raises(SettingError, match="WEBHOOK_RETRY_SCHEDULE"):
-        BY_KEY["WEBHOOK_RETRY_SCHEDULE"].read(raw)
+        RETRY_SCHEDULE.read(raw)
 
 
 def test_the_schedule_and_timeouts_come_from_plantstore_environment_variables(

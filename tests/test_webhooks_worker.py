@@ -2,78 +2,47 @@
 receiver at least once, and no event is sent twice at once. Workers racing
 on one database, leases left by a process that died, a receiver that was
 down, a worker stopped by a signal, and a gunicorn SIGKILLed mid-burst."""
-import datetime
 import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, bearer, free_port
+from helpers import PLANTSTORE, REPO, create_plant, free_port, plantstore_env, run_plantstore
 from plantstore.db import database
 from plantstore.models import Attempt, Delivery, Plant, User
 from plantstore.webhooks import outbox
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.worker import Worker
-from webhook_helpers import (Answer, create_until_sigkilled, make_receiver,  # noqa: F401
-                             subscribe, verify)
+from plugins.servers import create_until_sigkilled
+from plugins.webhooks import (SHORT_LEASES, Answer, run_worker, sleep_until, subscribe,
+                              verify, wait_for_attempts)
 
-PLANTSTORE = str(Path(sys.executable).with_name("plantstore"))
-FAST = {"WEBHOOK_CONNECT_TIMEOUT": 0.5, "WEBHOOK_READ_TIMEOUT": 0.5,
-        "WEBHOOK_LEASE_SECONDS": 2, "WEBHOOK_RETRY_SCHEDULE": "0,0,0",
-        "WORKER_POLL_INTERVAL": 0.1}
-
-
-@pytest.fixture
-def app_config():
-    return dict(FAST)
+pytestmark = pytest.mark.app_config(SHORT_LEASES)
 
 
 def environment(database_url, **extra):
     """The environment of a plantstore process on the test's database."""
-    env = {**os.environ, "PLANTSTORE_DATABASE_URL": database_url}
-    env.update({f"PLANTSTORE_{key}": str(value) for key, value in {**FAST, **extra}.items()})
-    return env
-
-
-def run_plantstore(database_url, *args, **extra):
-    return subprocess.run([PLANTSTORE, *args], env=environment(database_url, **extra),
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
-
-
-def create(client, token, plant_id):
-    response = client.post("/plants", json={"id": plant_id, "name": f"plant {plant_id}"},
-                           headers=bearer(token))
-    assert response.status_code == 200, response.get_json()
-
-
-def settle(count, timeout=10.0):
-    """Wait until ``count`` attempts are recorded (sending threads write them)."""
-    deadline = time.monotonic() + timeout
-    while Attempt.select().count() < count:
-        assert time.monotonic() < deadline, "attempts were not recorded in time"
-        time.sleep(0.02)
+    return {**os.environ, **plantstore_env(database_url, **{**SHORT_LEASES, **extra})}
 
 
 def payload_id(received):
     return json.loads(received.body)["id"]
 
 
-@pytest.mark.parametrize("app_config", [{**FAST, "WORKER_BATCH_SIZE": 2}])
+@pytest.mark.app_config({**SHORT_LEASES, "WORKER_BATCH_SIZE": 2})
 def test_two_workers_at_once_deliver_each_event_exactly_once(
         app, client, runner, alice, make_receiver):
     events = 24
     receiver = make_receiver(Answer(500))
     subscribe(runner, receiver.url)
     for plant_id in range(events):
-        create(client, alice, plant_id)
-    settle(events)
+        create_plant(client, alice, plant_id, f"plant {plant_id}")
+    wait_for_attempts(events, timeout=10)
     receiver.answer = Answer(200, delay=0.05)
     settings = settings_of(app)
     start = threading.Barrier(2)
@@ -99,7 +68,7 @@ def test_two_workers_at_once_deliver_each_event_exactly_once(
     assert {d.status for d in Delivery.select()} == {Delivery.DELIVERED}
 
 
-@pytest.mark.parametrize("app_config", [{**FAST, "WEBHOOK_LEASE_SECONDS": 2.5}])
+@pytest.mark.app_config({**SHORT_LEASES, "WEBHOOK_LEASE_SECONDS": 2.5})
 def test_deliveries_of_a_process_that_died_after_the_commit_wait_out_its_lease(
         app, runner, alice, make_receiver):
     receiver = make_receiver()
@@ -109,28 +78,28 @@ def test_deliveries_of_a_process_that_died_after_the_commit_wait_out_its_lease(
         [job] = outbox.record_new_plant(plant)
     # No send after the commit: the request's process is gone.
 
-    assert runner.invoke(args=["worker", "--once"]).stdout.strip() == "nothing due"
+    assert run_worker(runner) == "nothing due"
     assert receiver.requests == []
-    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
-    time.sleep((job.leased_until - now).total_seconds() + 0.05)
-    assert runner.invoke(args=["worker", "--once"]).stdout.strip() == "delivered 1"
+    sleep_until(job.leased_until)
+    assert run_worker(runner) == "delivered 1"
     [got] = receiver.wait_for(1)
     assert got.headers["webhook-id"] == job.message_id
     assert verify(secret, got) == {"id": 1, "name": "fern"}
 
 
+@pytest.mark.slow
 def test_worker_once_delivers_what_waited_while_the_receiver_was_down(
         client, runner, alice, database_url, make_receiver):
     port = free_port()
     _, secret = subscribe(runner, f"http://127.0.0.1:{port}/hook")
-    create(client, alice, 1)
-    settle(1)
+    create_plant(client, alice, 1, "plant 1")
+    wait_for_attempts(1, timeout=10)
     delivery = Delivery.get()
     assert delivery.status == Delivery.PENDING
     assert delivery.last_error.startswith("connection failed")
 
     receiver = make_receiver(port=port)
-    finished = run_plantstore(database_url, "worker", "--once")
+    finished = run_plantstore("worker", "--once", env=environment(database_url))
 
     assert finished.returncode == 0, finished.stderr
     assert finished.stdout.strip() == "delivered 1"
@@ -140,13 +109,14 @@ def test_worker_once_delivers_what_waited_while_the_receiver_was_down(
     assert Delivery.get().status == Delivery.DELIVERED
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT],
                          ids=["SIGTERM", "SIGINT"])
 def test_the_worker_polls_for_due_deliveries_and_stops_cleanly_on_a_signal_after_the_one_under_way(
         client, runner, alice, database_url, make_receiver, stop_signal):
     receiver = make_receiver(Answer(500))
     subscribe(runner, receiver.url)
-    worker = subprocess.Popen([PLANTSTORE, "worker"], cwd=REPO, stdout=subprocess.PIPE,
+    worker = subprocess.Popen([str(PLANTSTORE), "worker"], cwd=REPO, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True,
                               env=environment(database_url, WEBHOOK_READ_TIMEOUT=3))
     try:
@@ -154,7 +124,7 @@ def test_the_worker_polls_for_due_deliveries_and_stops_cleanly_on_a_signal_after
         # The create's own attempt fails; the worker's is held a second.
         receiver.answer = lambda got: Answer(500) if not receiver.requests \
             else Answer(200, delay=1.0)
-        create(client, alice, 1)
+        create_plant(client, alice, 1, "plant 1")
         receiver.wait_for(2, timeout=20)  # the worker's attempt, held by the receiver
         worker.send_signal(stop_signal)
         _, stderr = worker.communicate(timeout=20)
@@ -168,6 +138,7 @@ def test_the_worker_polls_for_due_deliveries_and_stops_cleanly_on_a_signal_after
     assert len(receiver.requests) == 2
 
 
+@pytest.mark.slow
 def test_every_create_answered_200_reaches_the_receiver_after_gunicorn_is_sigkilled_mid_burst(
         app, runner, alice, database_url, gunicorn_server, make_receiver):
     # Odd ids fail at first, so only a worker can deliver them.
@@ -182,8 +153,8 @@ def test_every_create_answered_200_reaches_the_receiver_after_gunicorn_is_sigkil
     time.sleep(2.1)  # the lease of the rows being written or sent at the kill
     # The worker gets the default timeouts: its own attempts must not time
     # out on a busy machine, or they would wait for a later run.
-    finished = run_plantstore(database_url, "worker", "--once",
-                              WEBHOOK_CONNECT_TIMEOUT=2, WEBHOOK_READ_TIMEOUT=5)
+    finished = run_plantstore("worker", "--once", env=environment(
+        database_url, WEBHOOK_CONNECT_TIMEOUT=2, WEBHOOK_READ_TIMEOUT=5))
     assert finished.returncode == 0, finished.stderr
 
     reached = {payload_id(got) for got, answer in zip(receiver.requests, receiver.answers)

@@ -91,6 +91,30 @@ class NewPlantSchema(PlantSchema):
 
     id = Int64(required=True, metadata={"description": "Identification number of the plant"})
 
+    @staticmethod
+    def fast_load(body):
+        """What ``load`` makes of ``body`` when it is a plainly valid new
+        plant, else None (and the schema loads it, errors and all).
+
+        The usual create body, read without marshmallow's per-field
+        machinery (a third of a create's CPU time): an int id in int64, a
+        name of 1 to 255 and a tag of at most 255 characters, no NUL, valid
+        Unicode. Anything else, valid or not, is left to the schema; tests
+        pin that both give the same result on every body this takes.
+        """
+        if type(body) is not dict:
+            return None
+        plant_id, name = body.get("id"), body.get("name")
+        if type(plant_id) is not int or not INT64_MIN <= plant_id <= INT64_MAX \
+                or not _plain_text(name, 1, NAME_MAX_LENGTH):
+            return None
+        if "tag" not in body:
+            return {"name": name, "id": plant_id}
+        tag = body["tag"]
+        if not _plain_text(tag, 0, TAG_MAX_LENGTH):
+            return None
+        return {"name": name, "tag": tag, "id": plant_id}
+
 
 class PlantQueryArgsSchema(ma.Schema):
     """GET /plants query: page size and the keyset cursor of the next page."""
@@ -110,6 +134,19 @@ class PlantQueryArgsSchema(ma.Schema):
         if repeated:
             raise ma.ValidationError(repeated)
         return data
+
+
+def _plain_text(value, shortest, longest):
+    """True for a str that ``Text`` with that length range takes as it is."""
+    if type(value) is not str or not shortest <= len(value) <= longest or "\x00" in value:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def plant_json(name, tag):

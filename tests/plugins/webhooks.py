@@ -1,23 +1,38 @@
-"""Helpers of the webhook tests: a real receiver, signature checks, and
-subscriptions made through the CLI.
+"""Webhooks in tests: a real receiver (the ``make_receiver`` fixture),
+signature checks, subscriptions made through the CLI, the outbox and the
+worker, and the named webhook timing settings the tests run under.
 
 The receiver is an HTTP/1.1 server on loopback that records every request
-and answers as the test tells it to. Use the ``make_receiver`` fixture
-(import it into a test module) to start one; it is stopped when the test ends.
+and answers as the test tells it to; it is stopped when the test ends.
+
+A module or test chooses its settings with the ``app_config`` marker:
+``pytestmark = pytest.mark.app_config(RETRY_EVERY_SECOND)``.
 """
 import dataclasses
+import datetime
 import http.server
-import itertools
 import json
-import os
-import signal
 import socket
 import threading
 import time
 
 import pytest
-import requests
 from standardwebhooks import Webhook
+
+from helpers import wait_until
+from plantstore.models import Attempt
+
+# Sends give up quickly, so a silent receiver costs a create little.
+QUICK_SENDS = {"WEBHOOK_CONNECT_TIMEOUT": 0.3, "WEBHOOK_READ_TIMEOUT": 0.6}
+# A failed send is retried once, due at once (by ``worker --once``).
+RETRY_AT_ONCE = {**QUICK_SENDS, "WEBHOOK_RETRY_SCHEDULE": "0"}
+# A failed send is retried twice, a second apart.
+RETRY_EVERY_SECOND = {**QUICK_SENDS, "WEBHOOK_RETRY_SCHEDULE": "1,1"}
+# Leases as short as allowed and retries due at once, for workers racing,
+# dying and polling.
+SHORT_LEASES = {"WEBHOOK_CONNECT_TIMEOUT": 0.5, "WEBHOOK_READ_TIMEOUT": 0.5,
+                "WEBHOOK_LEASE_SECONDS": 2, "WEBHOOK_RETRY_SCHEDULE": "0,0,0",
+                "WORKER_POLL_INTERVAL": 0.1}
 
 
 @dataclasses.dataclass
@@ -114,7 +129,7 @@ class Receiver:
         self.answers = []
         self.released = threading.Event()
         self.connections = set()
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.receiver = self
         self.port = self._server.server_address[1]
@@ -143,17 +158,16 @@ class Receiver:
         return answer(received) if callable(answer) else answer
 
     def record(self, received, answer):
-        with self._changed:
+        with self._lock:
             self.requests.append(received)
             self.answers.append(answer)
-            self._changed.notify_all()
 
     def wait_for(self, count, timeout=10.0):
         """The first ``count`` requests received; fails after ``timeout`` seconds."""
-        with self._changed:
-            if not self._changed.wait_for(lambda: len(self.requests) >= count, timeout):
-                raise AssertionError(f"the receiver got {len(self.requests)} "
-                                     f"requests, expected {count}, within {timeout}s")
+        wait_until(lambda: len(self.requests) >= count, timeout, interval=0.01,
+                   message=lambda: f"the receiver got {len(self.requests)} "
+                                   f"requests, expected {count}")
+        with self._lock:
             return list(self.requests[:count])
 
 
@@ -186,41 +200,20 @@ def subscribe(runner, url, bearer=None):
     return created["id"], created["secret"]
 
 
-def create_until_sigkilled(server, token, answered, name_of, seconds, clients=4):
-    """Create plants 1, 2, ... from ``clients`` threads until ``answered`` got
-    200s (or ``seconds`` passed), then SIGKILL gunicorn's whole process group.
+def wait_for_attempts(count, timeout=5.0):
+    """Wait until ``count`` attempts are recorded (sending threads write them)."""
+    wait_until(lambda: Attempt.select().count() >= count, timeout,
+               message="attempts were not recorded in time")
 
-    Returns the ids whose create was answered 200 before the kill.
-    """
-    next_id = itertools.count(1).__next__
-    id_lock = threading.Lock()
-    answered_200 = []
-    stop = threading.Event()
 
-    def burst():
-        with requests.Session() as session:
-            while not stop.is_set():
-                with id_lock:
-                    plant_id = next_id()
-                try:
-                    response = session.post(
-                        server.url + "/plants", timeout=10,
-                        headers={"Authorization": f"Bearer {token}"},
-                        json={"id": plant_id, "name": name_of(plant_id)})
-                except requests.RequestException:
-                    return  # the server is gone
-                if response.status_code == 200:
-                    answered_200.append(plant_id)
+def run_worker(runner):
+    """Run ``plantstore worker --once`` in-process; what it printed."""
+    result = runner.invoke(args=["worker", "--once"])
+    assert result.exit_code == 0, result.output
+    return result.stdout.strip()
 
-    threads = [threading.Thread(target=burst) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + seconds
-    while len(answered_200) < answered and time.monotonic() < deadline:
-        time.sleep(0.005)
-    os.killpg(os.getpgid(server.process.pid), signal.SIGKILL)  # master and workers
-    stop.set()
-    for thread in threads:
-        thread.join(timeout=15)
-    server.process.wait(timeout=10)
-    return answered_200
+
+def sleep_until(moment):
+    """Sleep until the stored UTC time ``moment`` has passed."""
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    time.sleep(max(0.0, (moment - now).total_seconds()) + 0.05)

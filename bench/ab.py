@@ -1,0 +1,58 @@
+"""``python bench/ab.py``: plantstore under two gunicorn set-ups, side by side.
+
+Runs plantstore twice on the same seeded database, with the environment of
+set-up A and of set-up B (``AB_A`` and ``AB_B``, each ``NAME=VALUE``
+pairs separated by spaces, e.g. ``AB_A="GUNICORN_CMD_ARGS=--http-parser=python"``),
+alternating wrk runs of every workload, and prints the median of paired
+req/s ratios B / A. ``BENCH_DATABASE`` (sqlite or postgres), ``BENCH_SECONDS``
+and ``BENCH_ROUNDS`` apply as in ``make bench``. This is how the choices in
+config/gunicorn.conf.py (worker class, threads, HTTP parser) are measured.
+"""
+import os
+import tempfile
+from pathlib import Path
+
+import databases
+import load
+import run
+import seed
+import servers
+
+
+def setup_env(text):
+    """``NAME=VALUE NAME=VALUE`` as a dict (a value runs to the next space)."""
+    return dict(pair.split("=", 1) for pair in text.split())
+
+
+def main():
+    a_env, b_env = setup_env(os.environ.get("AB_A", "")), setup_env(os.environ.get("AB_B", ""))
+    backend_name = databases.chosen(False)[0]
+    runner = run.Runner(load.ensure_wrk(), run.env_int("BENCH_SECONDS", 5))
+    rounds = run.env_int("BENCH_ROUNDS", 5)
+    workdir = Path(tempfile.mkdtemp(prefix="plantstore-ab-"))
+    backend = databases.backend(backend_name, workdir)
+    started = []
+    try:
+        url = backend.url("ab")
+        token = seed.seed_plantstore(url, run.PLANTS)
+        contenders = [
+            run.Contender(name, run.start(servers.plantstore(
+                url, workdir, run.VENV_BIN, name=f"ab-{name}", env=env), started), token)
+            for name, env in (("A", a_env), ("B", b_env))]
+        # compare() takes ratios against "plantstore": A is the baseline.
+        contenders[0].name = "plantstore"
+        table = run.compare(runner, contenders, rounds)
+    finally:
+        for server in started:
+            server.stop()
+        backend.drop_all()
+    print(f"\n{backend_name}: A = {a_env or 'defaults'}, B = {b_env or 'defaults'}")
+    for workload, measured in table.items():
+        (a_rps, a_p50, _), _ = measured["plantstore"]
+        (b_rps, b_p50, _), a_over_b = measured["B"]
+        print(f"  {workload:<24} A {a_rps:7.0f} req/s  B {b_rps:7.0f} req/s  "
+              f"B/A (median of paired runs) {1 / a_over_b:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Plain helpers the test modules call: requests as a user, the contract's
+error shape, plants made and listed, paging, waiting, and the installed
+``plantstore`` command.
+
+Fixtures live in ``conftest.py`` and in the plugins under ``plugins/``.
+"""
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urljoin
+
+import requests
+
+from plantstore import db
+from plantstore.models import Plant, User
+
+REPO = Path(__file__).resolve().parents[1]
+PLANTSTORE = Path(sys.executable).with_name("plantstore")
+LINK_NEXT = re.compile(r'<([^>]*)>; rel="next"')
+
+
+# --- requests -------------------------------------------------------------
+
+def bearer(token):
+    """Request headers carrying ``token``."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def assert_error(response, status):
+    """Check ``response`` is the contract's JSON error for ``status``; return its body.
+
+    ``{"error": status, "message": "<sentence>"}``, optionally with
+    ``"details": {field: [messages]}``, served as ``application/json``.
+    """
+    assert response.status_code == status, response.data
+    assert response.mimetype == "application/json"
+    body = response.get_json()
+    assert set(body) <= {"error", "message", "details"}, body
+    assert body["error"] == status
+    assert isinstance(body["message"], str) and body["message"].strip()
+    if "details" in body:
+        assert body["details"] and all(
+            isinstance(field, str) and messages
+            and all(isinstance(m, str) for m in messages)
+            for field, messages in body["details"].items()), body
+    return body
+
+
+def headers_but_request_id(response):
+    """The response's headers but the per-request id, to compare two answers."""
+    return tuple(sorted((name, value) for name, value in response.headers.items()
+                        if name.lower() != "x-request-id"))
+
+
+# --- plants ---------------------------------------------------------------
+
+def post_plant(client, token, body):
+    """POST ``body`` as JSON to /plants with ``token``; the response, unchecked."""
+    return client.post("/plants", json=body, headers=bearer(token))
+
+
+def create_plant(client, token, plant_id, name="fern", **fields):
+    """Create plant ``plant_id`` as ``token``'s holder; fails unless answered 200."""
+    response = post_plant(client, token, {"id": plant_id, "name": name, **fields})
+    assert response.status_code == 200, response.get_json()
+    return response
+
+
+def listed(client, token, query=""):
+    """What GET /plants answers ``token``'s holder (status checked)."""
+    response = client.get("/plants" + query, headers=bearer(token))
+    assert response.status_code == 200, response.data
+    return response.get_json()
+
+
+def seed(owner, ids, tag=None):
+    """Store plants of the user ``owner`` straight in the database (fast),
+    each named after its id."""
+    with db.database.atomic():
+        owner_id = User.get(User.name == owner).id
+        Plant.insert_many([{"id": i, "owner": owner_id, "name": f"plant {i}", "tag": tag}
+                           for i in ids]).execute()
+
+
+# --- paging ---------------------------------------------------------------
+
+def next_url(response):
+    """The absolute URL of the response's rel="next" link, or None."""
+    link = response.headers.get("Link")
+    if link is None:
+        return None
+    match = LINK_NEXT.fullmatch(link)
+    assert match, f"not an RFC 8288 next link: {link!r}"
+    return urljoin(response.request.url, match.group(1))
+
+
+def walk_pages(client, url, headers, most_pages=50, timeout=30):
+    """The JSON body of every page from ``url`` on, following rel="next" links.
+
+    ``client`` is the app's test client, or a ``requests.Session`` and an
+    absolute ``url`` of a real server (each request then times out after
+    ``timeout`` seconds). Fails after ``most_pages`` pages.
+    """
+    served = isinstance(client, requests.Session)
+    pages = []
+    while url is not None:
+        assert len(pages) < most_pages, "the next links never end"
+        if served:
+            response = client.get(url, headers=headers, timeout=timeout)
+            body = response.json() if response.status_code == 200 else response.text
+        else:
+            response = client.get(url, headers=headers)
+            body = response.get_json() if response.status_code == 200 else response.data
+        assert response.status_code == 200, body
+        assert isinstance(body, list), body
+        pages.append(body)
+        url = next_url(response)
+    return pages
+
+
+# --- waiting --------------------------------------------------------------
+
+def wait_until(predicate, timeout=10.0, interval=0.02, message="the condition"):
+    """Call ``predicate`` until it returns something true, and return that.
+
+    Fails (AssertionError) once ``timeout`` seconds of wall-clock time have
+    passed; ``message`` (a string, or a function making one) says what was
+    waited for.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        outcome = predicate()
+        if outcome:
+            return outcome
+        if time.monotonic() >= deadline:
+            said = message() if callable(message) else message
+            raise AssertionError(f"{said} (waited {timeout}s)")
+        time.sleep(interval)
+
+
+# --- processes ------------------------------------------------------------
+
+def free_port():
+    """A TCP port on loopback nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def plantstore_env(database_url, **settings):
+    """The variables that put a plantstore process on ``database_url`` with
+    ``settings`` (``WEBHOOK_READ_TIMEOUT=5`` → ``PLANTSTORE_WEBHOOK_READ_TIMEOUT``)."""
+    return {"PLANTSTORE_DATABASE_URL": database_url,
+            **{f"PLANTSTORE_{key}": str(value) for key, value in settings.items()}}
+
+
+def run_plantstore(*args, env, cwd=REPO, timeout=60):
+    """Run the installed ``plantstore`` command with exactly ``env``; the
+    finished process, its output as text."""
+    return subprocess.run([str(PLANTSTORE), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
