@@ -378,3 +378,14 @@ def test_the_document_describes_every_webhook_route_its_scope_and_statuses(clien
         operation = document["paths"][path][method]
         assert operation["security"] == [{"bearerAuth": [scope]}], (path, method)
         assert statuses <= set(operation["responses"]), (path, method)
+
+
+def test_deleting_a_user_deletes_their_subscriptions_rather_than_orphaning_them(
+        client, runner, alice):
+    created(client, alice, "http://127.0.0.1:9/hook")
+    operators, _ = subscribe(runner, "http://127.0.0.1:9/operator")
+
+    assert runner.invoke(args=["users", "delete", "alice"]).exit_code == 0
+
+    # An orphan (no owner) would be an operator's, told about every plant.
+    assert [s.id for s in Subscription.select()] == [operators]
