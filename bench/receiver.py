@@ -1,44 +1,68 @@
-"""A webhook receiver for the benchmark: answers every POST with 200 after
-about a millisecond, keeping connections alive, and counts what it got.
+"""A webhook receiver for the benchmark, on asyncio so that it is never the
+bottleneck: keeps connections alive, answers every POST with 200 after
+about a millisecond (or, with --hang, accepts and never answers), and counts
+what it got.
 
-    python bench/receiver.py PORT
+    python bench/receiver.py PORT [--hang]
+
+``GET /`` answers "<POSTs received> <distinct webhook-ids>".
 """
+import asyncio
 import sys
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ANSWER_DELAY_SECONDS = 0.001
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 
 
-class Receiver(BaseHTTPRequestHandler):
-    """Reads the delivery, waits ~1 ms, answers 200 with an empty body."""
-    protocol_version = "HTTP/1.1"
-    received = 0
-    lock = threading.Lock()
+class Tally:
+    posts = 0
+    webhook_ids = set()
 
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        time.sleep(ANSWER_DELAY_SECONDS)
-        with self.lock:
-            Receiver.received += 1
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
 
-    def do_GET(self):
-        """The number of deliveries received so far, for the benchmark to check."""
-        body = str(Receiver.received).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+class Receiver(asyncio.Protocol):
+    """One connection: reads requests by Content-Length and answers each."""
 
-    def log_message(self, format, *args):
-        """Quiet: one line per delivery would cost more than the answer."""
+    def __init__(self, hang):
+        self.hang = hang
+        self.buffer = b""
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            head = self.buffer[:end].decode("latin-1").lower()
+            length = 0
+            for line in head.split("\r\n")[1:]:
+                name, _, value = line.partition(":")
+                if name == "content-length":
+                    length = int(value)
+                elif name == "webhook-id":
+                    Tally.webhook_ids.add(value.strip())
+            if len(self.buffer) < end + 4 + length:
+                return
+            self.buffer = self.buffer[end + 4 + length:]
+            if head.startswith("get"):
+                body = f"{Tally.posts} {len(Tally.webhook_ids)}".encode()
+                self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s"
+                                     % (len(body), body))
+                continue
+            Tally.posts += 1
+            if not self.hang:
+                asyncio.get_running_loop().call_later(ANSWER_DELAY_SECONDS,
+                                                      self._answer)
+
+    def _answer(self):
+        if not self.transport.is_closing():
+            self.transport.write(OK)
+
+
+async def main(port, hang):
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: Receiver(hang), "127.0.0.1", port, backlog=1024)
+    await server.serve_forever()
 
 
 if __name__ == "__main__":
-    server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Receiver)
-    server.daemon_threads = True
-    server.serve_forever()
+    asyncio.run(main(int(sys.argv[1]), "--hang" in sys.argv[2:]))

@@ -14,7 +14,11 @@ TARGETS = {
     "POST /plants": (0.7, 1.0),
 }
 SCALE_TARGET = 1.2      # p50 with 1,000,000 plants / p50 with 1,000
-WEBHOOK_TARGET = 2.0    # p50 of a create with one receiver / with none
+WEBHOOK_TARGET = 1.5    # p50 of a create with one receiver / with none
+FUSE_TARGET = 0.8       # create req/s with a hanging receiver / with a healthy one
+FUSE_READ_P99_MS = 100  # /healthz and GET /plants p99 meanwhile
+WORKER_TARGET = 1000    # deliveries/s by one worker on PostgreSQL
+TWO_WORKERS_TARGET = 1.6
 MEMORY_TARGET_MB = 60
 
 
@@ -68,16 +72,74 @@ def render(results, names, seconds, rounds):
         "one user, one token and 5,000 plants.",
         "",
     ]
-    for backend, measured in results["backends"].items():
+    for backend, measured in results.get("backends", {}).items():
         lines += [f"## {BACKEND_TITLES[backend]}", ""]
         lines += _compare_table(measured["compare"], names)
         if "scale" in measured:
             lines += _scale(measured["scale"])
     if "webhook" in results:
         lines += _webhook(results["webhook"])
+    if "fuse" in results:
+        lines += _fuse(results["fuse"])
+    if "worker" in results:
+        lines += _worker(results["worker"])
     if "memory" in results:
         lines += _memory(results["memory"])
     return "\n".join(lines) + "\n"
+
+
+def _fuse(fuse):
+    """Creates while a receiver hangs, against a healthy one and none."""
+    lines = [
+        "## The fuse: a receiver that hangs", "",
+        "`POST /plants` under wrk (one run each) with no subscription, with one "
+        "healthy receiver, and with one that accepts connections and never answers, "
+        "while a probe reads `/healthz` and `GET /plants?limit=10`. Afterwards the "
+        "receiver answers again and `plantstore worker --once` drains the outbox.", "",
+        "| receiver | req/s | p50 ms | /healthz p99 ms | GET /plants p99 ms | "
+        "plants created | distinct webhook-ids received | POSTs received |",
+        "|---|---|---|---|---|---|---|---|"]
+    for case, row in fuse.items():
+        lines.append(
+            f"| {case} | {row['rps']:,.0f} | {row['p50']:.2f} | "
+            f"{row['p99 /healthz']:.1f} | {row['p99 /plants?limit=10']:.1f} | "
+            f"{row['created']:,} | {row.get('delivered', '-'):,} | {row.get('posts', '-'):,} |"
+            if "delivered" in row else
+            f"| {case} | {row['rps']:,.0f} | {row['p50']:.2f} | "
+            f"{row['p99 /healthz']:.1f} | {row['p99 /plants?limit=10']:.1f} | "
+            f"{row['created']:,} | - | - |")
+    hanging, healthy, none = fuse["hanging"], fuse["healthy"], fuse["none"]
+    ratio = hanging["rps"] / healthy["rps"]
+    reads = max(hanging["p99 /healthz"], hanging["p99 /plants?limit=10"])
+    complete = all(fuse[c]["delivered"] >= fuse[c]["created"] for c in ("healthy", "hanging"))
+    lines += [
+        "",
+        f"Hanging / healthy: **{ratio:.2f}x** (target >= {FUSE_TARGET}x: "
+        f"{_verdict(ratio >= FUSE_TARGET)}); hanging / none: "
+        f"{hanging['rps'] / none['rps']:.2f}x. Reads p99 while it hangs: {reads:.1f} ms "
+        f"(target < {FUSE_READ_P99_MS} ms: {_verdict(reads < FUSE_READ_P99_MS)}). Every "
+        f"plant delivered: {_verdict(complete)} (plants created include wrk's "
+        "warm-up-free run only; a POST counted beyond the distinct ids is a resend after "
+        "a timed-out attempt, never a concurrent one).", ""]
+    return lines
+
+
+def _worker(worker):
+    """Deliveries per second drained by one and two workers."""
+    lines = ["## The worker's drain rate", "",
+             "Deliveries due at once to a fast keep-alive receiver on loopback "
+             "(`bench/receiver.py`), drained by `plantstore worker` processes; counted "
+             "from the first delivery to the last.", "",
+             "| database | 1 worker | 2 workers | 2 / 1 |", "|---|---|---|---|"]
+    for backend in dict.fromkeys(backend for backend, _ in worker):
+        one, two = worker[(backend, 1)], worker[(backend, 2)]
+        lines.append(f"| {backend} | {one:,.0f}/s | {two:,.0f}/s | {two / one:.2f}x |")
+    if ("PostgreSQL", 1) in worker:
+        one, two = worker[("PostgreSQL", 1)], worker[("PostgreSQL", 2)]
+        lines += ["", f"PostgreSQL, one worker >= {WORKER_TARGET}/s: "
+                  f"{_verdict(one >= WORKER_TARGET)}; two >= {TWO_WORKERS_TARGET}x one: "
+                  f"{_verdict(two >= TWO_WORKERS_TARGET * one)}."]
+    return lines + [""]
 
 
 def _compare_table(table, names):

@@ -16,13 +16,16 @@ Environment:
                         (default ../shared/bench)
   BENCH_OUTPUT          the report (default docs/performance.md with
                         BENCH_COMPARE=1, bench/results/latest.md without)
+  BENCH_ONLY            run just one measurement: fuse, webhook (create p50
+                        with a 1 ms receiver) or worker (see bench/webhooks.py)
+  BENCH_FUSE_SECONDS    seconds of each fuse run (default 15)
+  BENCH_WORKER_DELIVERIES  deliveries each drain-rate run starts with (5000)
 """
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import databases
@@ -30,6 +33,7 @@ import load
 import report
 import seed
 import servers
+import webhooks
 
 REPO = servers.REPO
 VENV_BIN = Path(sys.executable).parent
@@ -170,8 +174,8 @@ def measure_webhook(runner, workdir, rounds, started):
         results = runner.alternate(contenders, None, rounds)
         for server in (c.server for c in contenders):
             server.stop()
-        received = int(subprocess.run(["curl", "-s", f"http://127.0.0.1:{port}/"],
-                                      capture_output=True, text=True).stdout or 0)
+        received = int((subprocess.run(["curl", "-s", f"http://127.0.0.1:{port}/"],
+                                       capture_output=True, text=True).stdout or "0").split()[0])
     finally:
         receiver.terminate()
         receiver.wait()
@@ -204,7 +208,30 @@ def measure_memory(runner, workdir, total, started):
     return {"requests": done, "warm": warm, "half": half, "final": samples[-1][1]}
 
 
+def measure_webhooks(runner, workdir, rounds, started, only):
+    """The webhook measurements ``only`` names (all three when None)."""
+    results = {}
+    if only in (None, "webhook"):
+        results["webhook"] = measure_webhook(runner, workdir, rounds, started)
+    if only in (None, "fuse"):
+        results["fuse"] = webhooks.measure_fuse(runner, workdir, started, VENV_BIN,
+                                                env_int("BENCH_FUSE_SECONDS", 15))
+    if only in (None, "worker"):
+        backends = [databases.backend(name, workdir)
+                    for name in databases.chosen(os.environ.get("BENCH_COMPARE") == "1")]
+        try:
+            results["worker"] = webhooks.measure_worker(
+                VENV_BIN, env_int("BENCH_WORKER_DELIVERIES", 5000), backends)
+        finally:
+            for backend in backends:
+                backend.drop_all()
+    return results
+
+
 def main():
+    only = os.environ.get("BENCH_ONLY") or None
+    if only not in (None, "fuse", "webhook", "worker"):
+        sys.exit(f"BENCH_ONLY={only!r}: use fuse, webhook or worker")
     compare_yardsticks = os.environ.get("BENCH_COMPARE") == "1"
     extras = os.environ.get("BENCH_EXTRAS", "1") != "0"
     seconds = env_int("BENCH_SECONDS", 5)
@@ -219,6 +246,9 @@ def main():
     results = {"backends": {}}
     names = ["plantstore"]
     try:
+        if only:
+            results = measure_webhooks(runner, workdir, rounds, started, only)
+            return _write(report.render(results, [], seconds, rounds), output)
         for backend_name in databases.chosen(compare_yardsticks):
             backend = databases.backend(backend_name, workdir)
             try:
@@ -242,14 +272,17 @@ def main():
                     server.stop()
                 backend.drop_all()
         if extras:
-            if (REPO / "plantstore" / "webhooks" / "sender.py").exists():
-                results["webhook"] = measure_webhook(runner, workdir, rounds, started)
+            results.update(measure_webhooks(runner, workdir, rounds, started, None))
             results["memory"] = measure_memory(
                 runner, workdir, env_int("BENCH_MEMORY_REQUESTS", 100_000), started)
     finally:
         for server in started:
             server.stop()
-    text = report.render(results, names, seconds, rounds)
+    _write(report.render(results, names, seconds, rounds), output)
+
+
+def _write(text, output):
+    """Print the report and write it to ``output``."""
     print(text)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text)

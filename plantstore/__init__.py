@@ -1,10 +1,9 @@
 """plantstore: a plant store HTTP service with bearer tokens and webhooks."""
-from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from . import settings
-from .api import Api
-from .body_limit import Request
+from .api import Api, App
+from .request_body import Request
 from .db import init_database
 from .cli import register_commands
 from .errors import register_error_handlers
@@ -22,7 +21,7 @@ __version__ = "1.0.0"
 
 def create_app(config=None):
     """Build the WSGI app: settings → database → errors → API → docs → CLI."""
-    app = Flask(__name__)
+    app = App(__name__)
     # The body cap holds for chunked bodies too (413, not a truncated body).
     app.request_class = Request
     settings.load(app, config)

@@ -6,7 +6,9 @@
   its 401/403 answers documented; ``Blueprint.json_body``: a JSON body
   (415 otherwise) parsed by a schema; ``Blueprint.documents_errors``;
 - ``json_response``: an answer already shaped by the view (the measured
-  fast paths that skip a schema's dump).
+  fast paths that skip a schema's dump);
+- ``App``: Flask, whose automatic ``OPTIONS`` answer (an empty body) has
+  no content type.
 """
 import functools
 import json
@@ -166,6 +168,19 @@ def json_response(body, status=200, headers=None):
     return flask.current_app.response_class(
         flask.json.dumps(body), status=status, headers=headers,
         mimetype="application/json")
+
+
+class App(flask.Flask):
+    """Flask, whose automatic ``OPTIONS`` answer claims no content type.
+
+    Flask answers ``OPTIONS`` with an empty body labelled ``text/html``;
+    an empty answer has no media type, so the label goes.
+    """
+
+    def make_default_options_response(self):
+        response = super().make_default_options_response()
+        del response.headers["Content-Type"]
+        return response
 
 
 class Api(flask_smorest.Api):

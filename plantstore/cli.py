@@ -15,14 +15,11 @@ from peewee import DatabaseError, IntegrityError
 
 from . import db
 from .auth import ALL_SCOPES, issue_token, revoke_token
+from .cli_params import ROW_ID, USER_NAME
 from .logs import configure_process_logging
 from .models import Token, User, utcnow
 from .settings import SettingError
 from .webhooks.cli import COMMANDS as WEBHOOK_COMMANDS
-
-ROW_ID = click.IntRange(1, 2 ** 31 - 1)
-"""A stored row's id, as the CLI accepts one (ids are 32-bit integers)."""
-
 
 def _find_user(name):
     """The user called ``name``, or a one-line error."""
@@ -66,14 +63,10 @@ def users_cli():
 
 
 @users_cli.command("create")
-@click.argument("name")
+@click.argument("name", type=USER_NAME)
 @click.option("--admin", is_flag=True, help="The user sees every user's plants.")
 def users_create(name, admin):
     """Create a user called NAME."""
-    if not name.strip() or len(name) > 100 or not name.isprintable():
-        raise click.BadParameter("a user name is 1 to 100 characters, all printable "
-                                 "(no line breaks or control characters)",
-                                 param_hint="NAME")
     try:
         with db.database.atomic():
             User.create(name=name, is_admin=admin)
@@ -90,7 +83,7 @@ def users_list():
 
 
 @users_cli.command("delete")
-@click.argument("name")
+@click.argument("name", type=USER_NAME)
 def users_delete(name):
     """Delete user NAME with their tokens, plants and webhook subscriptions."""
     user = _find_user(name)
@@ -107,7 +100,7 @@ def tokens_cli():
 
 
 @tokens_cli.command("create")
-@click.argument("name")
+@click.argument("name", type=USER_NAME)
 @click.option("--expires-in", "expires_in", type=click.IntRange(1, 36500), metavar="DAYS",
               help="Days until the token expires (default: never).")
 @click.option("--scope", "scopes", multiple=True, type=click.Choice(ALL_SCOPES),
@@ -122,7 +115,7 @@ def tokens_create(name, expires_in, scopes):
 
 
 @tokens_cli.command("list")
-@click.argument("name", required=False)
+@click.argument("name", type=USER_NAME, required=False)
 def tokens_list(name):
     """List tokens (of user NAME, or of everybody): id, user, hint, state."""
     query = Token.select(Token, User).join(User).order_by(Token.id)

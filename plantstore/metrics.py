@@ -6,8 +6,14 @@
 - ``plantstore_http_request_duration_seconds{route,method}``: latency histogram.
 - ``plantstore_webhook_deliveries_total{outcome}``: webhook delivery attempts
   by the outcome the sender decided (``count_delivery``).
+- ``plantstore_webhook_left_to_worker_total{reason}``: deliveries a web
+  process did not attempt after the create, leaving them to the workers:
+  ``breaker open``, or ``busy`` (its cap on attempts under way was reached).
 - ``plantstore_outbox_pending_deliveries``: deliveries not yet delivered nor
   given up, counted in the database when scraped.
+- ``plantstore_webhook_breaker_open{subscription}`` (1 open, 0 closed) and
+  ``plantstore_webhook_failure_streak{subscription}``: each active
+  subscription's circuit breaker, read from the database when scraped.
 
 Under gunicorn every worker writes its counts into ``PROMETHEUS_MULTIPROC_DIR``
 (set up by ``config/gunicorn.conf.py``) and a scrape adds them all up, so the
@@ -39,6 +45,9 @@ LATENCY = Histogram("plantstore_http_request_duration_seconds",
                     ["route", "method"])
 WEBHOOK_DELIVERIES = Counter("plantstore_webhook_deliveries",
                              "Webhook delivery attempts, by outcome.", ["outcome"])
+LEFT_TO_WORKER = Counter("plantstore_webhook_left_to_worker",
+                         "Deliveries a web process left to the workers instead of "
+                         "attempting them after the create, by reason.", ["reason"])
 WEBHOOK_DISABLED = Counter("plantstore_webhook_subscriptions_disabled",
                            "Webhook subscriptions disabled by plantstore, by reason "
                            "(gone: the receiver answered 410; failing: no success "
@@ -57,6 +66,9 @@ def count_delivery(outcome):
     WEBHOOK_DELIVERIES.labels(outcome=outcome).inc()
 
 
+def count_left_to_worker(reason):
+    """Count one delivery a web process left to the workers, and why."""
+    LEFT_TO_WORKER.labels(reason=reason).inc()
 def count_disabled(reason):
     """Count one webhook subscription disabled for ``reason`` (gone, failing)."""
     WEBHOOK_DISABLED.labels(reason=reason).inc()
@@ -96,10 +108,36 @@ class OutboxBacklogCollector:
                                 "sustained failure).", value=disabled)
 
 
+class BreakerCollector:
+    """Each active subscription's circuit breaker, read from the database at scrape time."""
+
+    def collect(self):
+        try:
+            rows = list(Subscription.select(
+                Subscription.id, Subscription.failure_streak, Subscription.breaker_opened_at)
+                .where(Subscription.is_active == True).tuples())  # noqa: E712
+        except Exception:  # an unreachable database must not break the scrape
+            log.warning("could not read the webhook circuit breakers", exc_info=True)
+            return
+        is_open = GaugeMetricFamily(
+            "plantstore_webhook_breaker_open",
+            "1 while the subscription's circuit breaker is open, else 0.",
+            labels=["subscription"])
+        streak = GaugeMetricFamily(
+            "plantstore_webhook_failure_streak",
+            "Failed webhook attempts in a row, by subscription.", labels=["subscription"])
+        for subscription_id, failures, opened_at in rows:
+            is_open.add_metric([str(subscription_id)], 0 if opened_at is None else 1)
+            streak.add_metric([str(subscription_id)], failures)
+        yield is_open
+        yield streak
+
+
 def exposition():
     """Every metric in the Prometheus text format, summed over processes."""
     scrape_time = CollectorRegistry()
     scrape_time.register(OutboxBacklogCollector())
+    scrape_time.register(BreakerCollector())
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         MultiProcessCollector(scrape_time)
         return generate_latest(scrape_time)

@@ -14,6 +14,7 @@ import re
 
 ENV_PREFIX = "PLANTSTORE_"
 _INTEGER = re.compile(r"-?[0-9]+")
+_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?|-?\.[0-9]+([eE][+-]?[0-9]+)?")
 
 
 class SettingError(ValueError):
@@ -58,13 +59,16 @@ def integer(minimum, maximum):
 
 
 def _seconds_value(raw):
-    """A finite number of seconds from text or a number."""
+    """A finite number of seconds from text (ASCII decimal notation) or a number.
+
+    ``float()`` alone would also take ``1_0``, ``nan``, ``inf`` and
+    non-ASCII digits.
+    """
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
         raise ValueError(f"must be a number, not {raw!r}")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"must be a number, not {raw!r}") from None
+    if isinstance(raw, str) and not _NUMBER.fullmatch(raw.strip()):
+        raise ValueError(f"must be a number in decimal notation, not {raw!r}")
+    value = float(raw)
     if not math.isfinite(value):
         raise ValueError(f"must be a finite number, not {raw!r}")
     return value
@@ -140,7 +144,7 @@ HOUR, DAY = 3600, 86400
 
 SETTINGS = (
     Setting("DATABASE_URL", "sqlite:///plantstore.db",
-            text(r"\S+", "a database URL"),
+            text(r"\S{1,4096}", "a database URL (1 to 4096 characters, no spaces)"),
             "Where plants live: `sqlite:///relative.db`, `sqlite:////absolute.db` or "
             "`postgresql://user:password@host:port/dbname`."),
     Setting("DATABASE_POOL_SIZE", 8, integer(1, 1000),
@@ -171,6 +175,17 @@ SETTINGS = (
             "read timeout); a sender that dies leaves it to the workers after that."),
     Setting("WEBHOOK_MAX_RESPONSE_BYTES", 64 * 1024, integer(0, 16 * 1024 * 1024),
             "Most bytes of a receiver's answer that are read."),
+    Setting("WEBHOOK_SENDS_PER_PROCESS", 8, integer(1, 256),
+            "Most webhook attempts one web process makes at once right after creates; "
+            "past it, new deliveries are left to the workers."),
+    Setting("WEBHOOK_SENDS_PER_RECEIVER", 16, integer(1, 256),
+            "Most attempts at one receiver one process (web or worker) makes at once."),
+    Setting("WEBHOOK_BREAKER_THRESHOLD", 5, integer(1, 1000),
+            "Failures in a row (no answer in time, connection failed, or a 5xx) that "
+            "open a receiver's circuit breaker."),
+    Setting("WEBHOOK_BREAKER_COOLDOWN", 30.0, number(0, DAY, above_minimum=True),
+            "Seconds between the single probe attempts a worker makes at a receiver "
+            "whose breaker is open."),
     Setting("WEBHOOK_ALLOWED_NETWORKS", "", networks(100),
             "Networks that webhook URLs registered through the API may reach although "
             "they are not public (e.g. `10.0.0.0/8`); operators' CLI subscriptions "
@@ -185,8 +200,10 @@ SETTINGS = (
             "kept; the worker deletes older ones. Pending ones are never deleted."),
     Setting("WORKER_POLL_INTERVAL", 1.0, number(0, HOUR, above_minimum=True),
             "Seconds a webhook worker sleeps between polls when nothing is due."),
-    Setting("WORKER_BATCH_SIZE", 20, integer(1, 1000),
-            "Most deliveries one webhook worker claims at a time."),
+    Setting("WORKER_BATCH_SIZE", 50, integer(1, 1000),
+            "Most deliveries one webhook worker claims in one transaction."),
+    Setting("WORKER_THREADS", 32, integer(1, 256),
+            "Attempts one webhook worker makes at once."),
 )
 
 

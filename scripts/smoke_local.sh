@@ -167,6 +167,20 @@ if [ $NGINX = 1 ]; then
         || { echo "FAIL: oversized body: HTTP $STATUS $(cat "$WORK/big.json")" >&2; exit 1; }
     echo "ok    1.1 MB body refused with a JSON 413"
 
+    echo "== nginx answers the requests it refuses itself in the JSON error shape"
+    raw() { "$PYTHON" scripts/raw_request.py "$NGINX_PORT" "$1"; }  # STATUS, request on stdin
+    LONG=$(head -c 9216 /dev/zero | tr '\0' 'a')
+    printf 'GET /plants?q=%s HTTP/1.1\r\nHost: x\r\n\r\n' "$LONG" | raw 414
+    printf 'GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n' "$LONG" | raw 400
+    printf 'POST /plants HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n' | raw 501
+    printf 'POST /plants HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n' | raw 400
+    printf 'POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab' | raw 400
+    printf 'NOT HTTP AT ALL\r\n\r\n' | raw 400
+    printf 'TRACE /plants HTTP/1.1\r\nHost: x\r\n\r\n' | raw 405
+    printf 'GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n' | raw 505
+    printf 'POST /plants HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n' | raw 413
+    printf 'GET /_errors/400 HTTP/1.1\r\nHost: x\r\n\r\n' | raw 404
+
     echo "== with gunicorn stopped, nginx answers a JSON 502"
     kill -TERM "$GUNICORN_PID" && wait "$GUNICORN_PID" || true
     STATUS=$(curl -sS -o "$WORK/down.json" -w '%{http_code}' --max-time 10 "$BASE/plants")

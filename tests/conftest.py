@@ -11,18 +11,16 @@ Shared by several modules, and loaded here as plugins:
 tests call (``bearer``, ``assert_error``, ``wait_until``, ...) are in
 ``helpers.py``.
 """
-import os
-
 import pytest
 
-from plantstore import create_app, db
-from plantstore.auth import ALL_SCOPES, issue_token
-from plantstore.models import User
-
 pytest.register_assert_rewrite("helpers")  # before any module imports it
-pytest_plugins = ["plugins.servers", "plugins.webhooks"]
 
-POSTGRES_URL = os.environ.get("PLANTSTORE_TEST_DATABASE_URL")
+from helpers import POSTGRES_URL  # noqa: E402
+from plantstore import create_app, db  # noqa: E402
+from plantstore.auth import ALL_SCOPES, issue_token  # noqa: E402
+from plantstore.models import User  # noqa: E402
+
+pytest_plugins = ["plugins.servers", "plugins.webhooks"]
 
 
 def _reset_postgres_schema(url):

@@ -4,6 +4,7 @@ error shape, plants made and listed, paging, waiting, and the installed
 
 Fixtures live in ``conftest.py`` and in the plugins under ``plugins/``.
 """
+import os
 import re
 import socket
 import subprocess
@@ -16,8 +17,11 @@ import requests
 
 from plantstore import db
 from plantstore.models import Plant, User
+from plantstore.settings import SETTINGS
 
 REPO = Path(__file__).resolve().parents[1]
+POSTGRES_URL = os.environ.get("PLANTSTORE_TEST_DATABASE_URL")
+"""The PostgreSQL the suite runs on, or None for SQLite (see conftest.py)."""
 PLANTSTORE = Path(sys.executable).with_name("plantstore")
 LINK_NEXT = re.compile(r'<([^>]*)>; rel="next"')
 
@@ -162,3 +166,8 @@ def run_plantstore(*args, env, cwd=REPO, timeout=60):
     finished process, its output as text."""
     return subprocess.run([str(PLANTSTORE), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def setting(key):
+    """The ``plantstore.settings.Setting`` called ``key``."""
+    return next(entry for entry in SETTINGS if entry.key == key)

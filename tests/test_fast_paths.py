@@ -102,9 +102,9 @@ def test_token_lookup_reads_the_stored_expiry_as_the_model_does(app, expires_in,
 
 
 QUERY_STRINGS = ["", "limit=5", "limit=5&after=-3", "after=12", "limit=1000",
-                 "limit=5&unknown=1", "limit=%2B7"]
+                 "limit=5&unknown=1"]
 BAD_QUERY_STRINGS = ["limit=0", "limit=x", "after=1.5", "limit=1&limit=2",
-                     "after=9223372036854775808"]
+                     "after=9223372036854775808", "limit=%2B7"]
 
 
 @pytest.mark.parametrize("query_string", QUERY_STRINGS)

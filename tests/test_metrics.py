@@ -142,15 +142,17 @@ def test_webhook_deliveries_are_counted_by_outcome(gunicorn_server, runner, alic
     created = requests.post(server.url + "/plants", json={"id": 1, "name": "fern"},
                             headers=bearer(alice), timeout=15)
     assert created.status_code == 200
-    # The create sends right after its commit; give a sender finishing after
-    # the response a moment, then the counts must be exact.
+    # The create's answer does not wait for its attempts: give them and
+    # their outcomes a moment (a scrape may read the backlog just before the
+    # outcomes commit and the counters just after), then the counts must be exact.
 
     def scrape_once_both_are_counted():
-        """The /metrics text once two deliveries are counted, else None."""
+        """The /metrics text once two deliveries are counted and none is pending."""
         text = requests.get(server.url + "/metrics", timeout=10).text
         done = sum(sample(text, "plantstore_webhook_deliveries_total", outcome=outcome)
                    for outcome in ("delivered", "gone"))
-        return text if done >= 2 else None
+        settled = sample(text, "plantstore_outbox_pending_deliveries") == 0
+        return text if done >= 2 and settled else None
     text = wait_until(scrape_once_both_are_counted, timeout=10, interval=0.1,
                       message="the two deliveries were not counted")
     assert sample(text, "plantstore_webhook_deliveries_total", outcome="delivered") == 1

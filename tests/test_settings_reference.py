@@ -7,7 +7,7 @@ from plantstore import settings
 
 REFERENCE = REPO / "docs" / "settings.md"
 ENV_EXAMPLE = REPO / "config" / "plantstore.env.example"
-SETTINGS_BY_KEY = {setting.key: setting for setting in settings.SETTINGS}
+
 
 _VARIABLE = re.compile(r"\b" + settings.ENV_PREFIX + r"[A-Z0-9_]+\b")
 _ASSIGNMENT = re.compile(r"^\s*(#\s*)?(" + settings.ENV_PREFIX + r"[A-Z0-9_]+)=(.*)$")
@@ -22,8 +22,8 @@ def test_docs_settings_md_is_what_make_docs_generates_from_settings_py():
 def test_every_plantstore_variable_in_the_env_example_is_a_real_setting():
     named = set(_VARIABLE.findall(ENV_EXAMPLE.read_text(encoding="utf-8")))
     assert named, "config/plantstore.env.example names no PLANTSTORE_* variable"
-    unknown = sorted(name for name in named
-                     if name[len(settings.ENV_PREFIX):] not in SETTINGS_BY_KEY)
+    env_names = {entry.env_name for entry in settings.SETTINGS}
+    unknown = sorted(named - env_names)
     assert not unknown, (
         f"config/plantstore.env.example names {', '.join(unknown)}, which "
         "plantstore/settings.py does not define (nothing would read it): "
@@ -35,7 +35,8 @@ def test_defaults_shown_commented_out_in_the_env_example_are_the_real_defaults()
         match = _ASSIGNMENT.match(line)
         if not match or not match.group(1):
             continue  # a value the operator is meant to set, not a default shown
-        setting = SETTINGS_BY_KEY.get(match.group(2)[len(settings.ENV_PREFIX):])
+        setting = next((entry for entry in settings.SETTINGS
+                        if entry.env_name == match.group(2)), None)
         if setting is None:
             continue  # not a setting at all: the test above names it
         assert setting.read(match.group(3).strip()) == setting.read(setting.default), (

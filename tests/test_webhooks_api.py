@@ -8,7 +8,7 @@ import pytest
 from helpers import assert_error, bearer, create_plant
 from plantstore.auth import READ, WEBHOOKS_READ, WEBHOOKS_WRITE, WRITE
 from plantstore.models import Delivery, Subscription
-from plugins.webhooks import Answer, run_worker, subscribe, verify
+from plugins.webhooks import Answer, run_worker, subscribe, verify, wait_for_attempts
 
 LOOPBACK = {"WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8"}
 
@@ -235,9 +235,10 @@ def test_deliveries_are_listed_newest_first_with_every_attempt_and_paged(
     receiver = make_receiver(answer=Answer(500, body=b"down"))
     body = created(client, alice, receiver.url)
     create_plant(client, alice, 1)
+    wait_for_attempts(1)
     receiver.answer = Answer(200)
     create_plant(client, alice, 2)
-    receiver.wait_for(2)
+    wait_for_attempts(2)
     path = f"/webhooks/{body['id']}/deliveries"
 
     response = client.get(path, headers=bearer(alice))
@@ -298,6 +299,7 @@ def test_recover_sends_every_failed_delivery_since_the_time_again_with_its_id(
     create_plant(client, alice, 1)
     create_plant(client, alice, 2)
     first_ids = [r.headers["webhook-id"] for r in receiver.wait_for(2)]
+    wait_for_attempts(2)
     assert Delivery.select().where(Delivery.status == "failed").count() == 2
     receiver.answer = Answer(200)
     path = f"/webhooks/{body['id']}/recover"
@@ -330,7 +332,7 @@ def test_enable_reactivates_a_subscription_a_410_disabled(client, alice, make_re
     receiver = make_receiver(answer=Answer(410))
     body = created(client, alice, receiver.url)
     create_plant(client, alice, 1)
-    receiver.wait_for(1)
+    wait_for_attempts(1)
     path = f"/webhooks/{body['id']}"
     disabled = client.get(path, headers=bearer(alice)).get_json()
     assert disabled["active"] is False and "410" in disabled["disabled_reason"]

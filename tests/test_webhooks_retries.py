@@ -8,10 +8,10 @@ import time
 import pytest
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from helpers import create_plant
+from helpers import create_plant, setting
 from plantstore import create_app
 from plantstore.models import Attempt, Delivery, Subscription
-from plantstore.settings import SETTINGS, SettingError
+from plantstore.settings import SettingError
 from plantstore.webhooks.sender import parse_retry_after
 from plugins.webhooks import (QUICK_SENDS, RETRY_AT_ONCE, RETRY_EVERY_SECOND, Answer,
                               run_worker, sleep_until, subscribe, verify, wait_for_attempts)
@@ -54,6 +54,10 @@ def test_failures_retry_on_the_schedule_with_one_webhook_id_then_give_up(
     assert len(receiver.requests) == 3
 
 
+# Twelve failing attempts at once: neither the caps nor the breaker may leave
+# any of them to the workers.
+@pytest.mark.app_config({**RETRY_EVERY_SECOND, "WEBHOOK_BREAKER_THRESHOLD": 100,
+                         "WEBHOOK_SENDS_PER_PROCESS": 16, "WEBHOOK_SENDS_PER_RECEIVER": 16})
 def test_scheduled_delays_are_jittered(client, runner, alice, make_receiver):
     receiver = make_receiver(Answer(500))
     subscribe(runner, receiver.url)
@@ -68,7 +72,7 @@ def test_scheduled_delays_are_jittered(client, runner, alice, make_receiver):
     assert max(delays) - min(delays) > 0.01, delays
 
 
-@pytest.mark.app_config({**RETRY_EVERY_SECOND, "WORKER_BATCH_SIZE": 1})
+@pytest.mark.app_config({**RETRY_EVERY_SECOND, "WORKER_BATCH_SIZE": 1, "WORKER_THREADS": 1})
 def test_a_410_disables_the_subscription_and_fails_its_waiting_deliveries(
         client, runner, alice, make_receiver):
     gone = make_receiver(Answer(500))
@@ -164,7 +168,7 @@ def test_with_no_overlap_a_rotated_secret_stops_signing_at_once(
         verify(old_secret, got)
 
 
-RETRY_SCHEDULE = next(s for s in SETTINGS if s.key == "WEBHOOK_RETRY_SCHEDULE")
+RETRY_SCHEDULE = setting("WEBHOOK_RETRY_SCHEDULE")
 
 
 @pytest.mark.parametrize("raw, expected", [

@@ -9,7 +9,7 @@ import requests
 from helpers import assert_error, bearer
 from plantstore.models import Attempt, Subscription, User
 from plantstore.webhooks import ssrf
-from plugins.webhooks import Answer, subscribe, verify
+from plugins.webhooks import Answer, subscribe, verify, wait_for_attempts
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 
@@ -130,6 +130,7 @@ class TestAtSendTime:
 
         assert response.status_code == 200
         operator_receiver.wait_for(1)
+        wait_for_attempts(2)
         assert receiver.requests == []
         errors = [attempt.error for attempt in Attempt.select()]
         assert any("not a public address" in (error or "") for error in errors), errors
@@ -175,6 +176,7 @@ class TestPinnedConnection:
         client.post("/plants", json={"id": 1, "name": "fern"}, headers=bearer(alice))
 
         receiver.wait_for(1)
+        wait_for_attempts(1)
         assert elsewhere.requests == []
         [attempt] = Attempt.select()
         assert attempt.status_code == 302 and "not followed" in attempt.error

@@ -34,7 +34,9 @@ def payload_id(received):
     return json.loads(received.body)["id"]
 
 
-@pytest.mark.app_config({**SHORT_LEASES, "WORKER_BATCH_SIZE": 2})
+# Every create's own attempt must be made (and fail): no cap or breaker in the way.
+@pytest.mark.app_config({**SHORT_LEASES, "WORKER_BATCH_SIZE": 2, "WEBHOOK_BREAKER_THRESHOLD": 100,
+                         "WEBHOOK_SENDS_PER_PROCESS": 32, "WEBHOOK_SENDS_PER_RECEIVER": 32})
 def test_two_workers_at_once_deliver_each_event_exactly_once(
         app, client, runner, alice, make_receiver):
     events = 24
@@ -75,7 +77,7 @@ def test_deliveries_of_a_process_that_died_after_the_commit_wait_out_its_lease(
     _, secret = subscribe(runner, receiver.url)
     with app.test_request_context(), database.atomic():
         plant = Plant.create(id=1, name="fern", owner=User.get(User.name == "alice"))
-        [job] = outbox.record_new_plant(plant)
+        [job] = outbox.record_new_plant(plant, settings_of(app))
     # No send after the commit: the request's process is gone.
 
     assert run_worker(runner) == "nothing due"

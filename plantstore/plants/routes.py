@@ -1,7 +1,5 @@
 """The three plant operations: create, list (keyset-paged), delete."""
-import re
-from decimal import Decimal
-
+import marshmallow as ma
 from flask import current_app, g, request
 from flask_smorest import abort
 from peewee import IntegrityError
@@ -10,13 +8,15 @@ from ..api import Blueprint, json_response
 from ..auth import READ, WRITE
 from ..db import database
 from ..models import Plant
-from ..webhooks import dispatch, outbox
+from .. import webhooks
+from ..webhooks.config import dispatcher_of
 from . import queries
-from .schemas import (INT64_MAX, INT64_MIN, NewPlantSchema, PlantQueryArgsSchema,
-                      PlantSchema, plant_json)
+from .schemas import (INT64_MAX, INT64_MIN, IntegerText, NewPlantSchema,
+                      PlantQueryArgsSchema, PlantSchema, plant_json)
 
-# A JSON number: JSON Schema calls 12, 12.0 and 1.2e1 alike the integer 12.
-NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+PLANT_ID = IntegerText(INT64_MIN, INT64_MAX, json_spellings=True)
+"""The id in ``/plants/{id}``: also spelled as the create body may spell it
+(the document's link sends a created id back as it was written)."""
 
 blp = Blueprint("plants", __name__, description="Plants in the store")
 
@@ -67,21 +67,18 @@ def create_plant(new_plant):
     try:
         with database.atomic():
             plant = queries.insert(g.caller.user_id, **new_plant)
-            deliveries = outbox.record_new_plant(plant)
+            webhooks.announce(plant, dispatcher_of(current_app))
     except IntegrityError:
         abort(409, message=f"A plant with id {new_plant['id']} already exists.")
-    dispatch.send_after_commit(deliveries)
     return json_response(plant_json(plant.name, plant.tag))
 
 
 def _plant_id(raw):
-    """The int64 a path segment names (written as JSON Schema allows), or a 400."""
-    if NUMBER.fullmatch(raw):
-        # Compared as a Decimal first: int() of 1e999999999 would not end.
-        value = Decimal(raw)
-        if INT64_MIN <= value <= INT64_MAX and value == value.to_integral_value():
-            return int(value)
-    abort(400, messages={"path": {"id": ["Must be an integer in the int64 range."]}})
+    """The int64 a path segment names, or a 400."""
+    try:
+        return PLANT_ID.deserialize(raw)
+    except ma.ValidationError as error:
+        abort(400, messages={"path": {"id": error.messages}})
 
 
 @blp.route("/plants/<plant_id:id>", methods=["DELETE"])

@@ -4,17 +4,19 @@
 create one (and what webhook receivers get), ``PlantQueryArgs`` the list's
 query string.
 """
+import re
 from decimal import Decimal
 
 import marshmallow as ma
 from marshmallow import validate
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+INT32_MAX = 2 ** 31 - 1
 NAME_MAX_LENGTH = TAG_MAX_LENGTH = 255
 
 
 class Int64(ma.fields.Integer):
-    """An integer within int64; strict (the JSON body): no strings or booleans.
+    """An integer of a JSON body within int64; strict: no strings or booleans.
 
     A JSON number written with a zero fraction or an exponent (``12.0``,
     ``1.2e1``) is an integer to JSON Schema, so the document allows it: the
@@ -22,9 +24,9 @@ class Int64(ma.fields.Integer):
     the integral ones.
     """
 
-    def __init__(self, strict=True, **kwargs):
+    def __init__(self, **kwargs):
         self.int64_range = validate.Range(INT64_MIN, INT64_MAX)
-        super().__init__(strict=strict, validate=self.int64_range,
+        super().__init__(strict=True, validate=self.int64_range,
                          metadata={"format": "int64", **kwargs.pop("metadata", {})},
                          **kwargs)
 
@@ -37,6 +39,44 @@ class Int64(ma.fields.Integer):
             # Compared as a Decimal first: int() of 1e999999999 would not end.
             value = int(self.int64_range(value))
         return super()._validated(value)
+
+
+class IntegerText(ma.fields.Integer):
+    """An integer written in a query string or a path segment: every one of them.
+
+    ASCII digits with an optional leading ``-``, nothing else: Python's
+    ``int()`` would also take ``1_0``, ``+1``, spaces and non-ASCII digits.
+    With ``json_spellings`` (the plant id in the path) an integral number
+    written as a JSON body may write it (``12.0``, ``1.2e1``) is taken too,
+    so the id a create sent always names its plant. Values outside
+    ``minimum``..``maximum`` are refused with the bound named, before
+    ``int()`` runs on thousands of digits.
+    """
+    DIGITS = re.compile(r"-?[0-9]+")
+    JSON_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+    default_error_messages = {
+        "invalid": "Must be an integer: ASCII digits with an optional leading -.",
+        "too_small": "Must be greater than or equal to {minimum}.",
+        "too_large": "Must be less than or equal to {maximum}.",
+    }
+
+    def __init__(self, minimum, maximum, json_spellings=False, **kwargs):
+        self.minimum, self.maximum = minimum, maximum
+        self.written = self.JSON_NUMBER if json_spellings else self.DIGITS
+        metadata = {"minimum": minimum, "maximum": maximum, **kwargs.pop("metadata", {})}
+        super().__init__(metadata=metadata, **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, str) or not self.written.fullmatch(value):
+            raise self.make_error("invalid")
+        number = Decimal(value)
+        if number != number.to_integral_value():
+            raise self.make_error("invalid")
+        if number < self.minimum:
+            raise self.make_error("too_small", minimum=self.minimum)
+        if number > self.maximum:
+            raise self.make_error("too_large", maximum=self.maximum)
+        return int(number)
 
 
 class Text(ma.fields.String):
@@ -118,11 +158,10 @@ class NewPlantSchema(PlantSchema):
 
 class PlantQueryArgsSchema(ma.Schema):
     """GET /plants query: page size and the keyset cursor of the next page."""
-    limit = ma.fields.Integer(
-        validate=validate.Range(min=1),
-        metadata={"description": "The maximum number of results to return",
-                  "format": "int32"})
-    after = Int64(strict=False, metadata={
+    limit = IntegerText(1, INT32_MAX, metadata={
+        "description": "The maximum number of results to return", "format": "int32"})
+    after = IntegerText(INT64_MIN, INT64_MAX, metadata={
+        "format": "int64",
         "description": "Cursor: list only plants whose id is greater than this "
                        "(taken from the Link header of the previous page)"})
 

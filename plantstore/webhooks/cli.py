@@ -15,9 +15,11 @@ import click
 from flask import current_app
 from flask.cli import AppGroup, with_appcontext
 
+from ..cli_params import LIST_LIMIT, ROW_ID
 from ..db import database
 from ..models import Attempt, Delivery, Subscription, utcnow
 from . import dispatch, lifecycle, secrets, signing
+from .breaker import is_open
 from .config import settings_of
 from .worker import ClaimRefused, Worker, claim_for_retry
 
@@ -29,8 +31,16 @@ def _when(moment):
     return f"{moment:{TIME}}" if moment else "-"
 
 
+URL_MAX_LENGTH = 2048
+BEARER_MAX_LENGTH = 4096
+
+
 def validate_url(ctx, param, url):
     """The URL if it is an absolute http(s) URL with a host; a usage error otherwise."""
+    if not 1 <= len(url) <= URL_MAX_LENGTH or not _is_visible_text(url):
+        raise click.BadParameter(
+            f"a webhook URL is 1 to {URL_MAX_LENGTH} characters, with no spaces, "
+            "line breaks or control characters (percent-encode them)")
     try:
         parts = urlsplit(url)
         host = parts.hostname
@@ -62,6 +72,23 @@ def parse_since(ctx, param, text):
     return moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
 
 
+def validate_bearer(ctx, param, token):
+    """The token if it can be sent in an ``Authorization`` header; a usage error otherwise."""
+    if token is None:
+        return None
+    if not 1 <= len(token) <= BEARER_MAX_LENGTH or not token.isascii() \
+            or not _is_visible_text(token):
+        raise click.BadParameter(
+            f"a bearer token is 1 to {BEARER_MAX_LENGTH} visible ASCII characters "
+            "(no spaces, line breaks or control characters)")
+    return token
+
+
+def _is_visible_text(text):
+    """True when ``text`` has no whitespace and no control characters."""
+    return text.isprintable() and not any(char.isspace() for char in text)
+
+
 def _subscription(subscription_id):
     subscription = Subscription.get_or_none(Subscription.id == subscription_id)
     if subscription is None:
@@ -83,7 +110,7 @@ def webhooks_cli():
 
 @webhooks_cli.command("add")
 @click.argument("url", callback=validate_url)
-@click.option("--bearer", metavar="TOKEN",
+@click.option("--bearer", metavar="TOKEN", callback=validate_bearer,
               help="Sent to the receiver as `Authorization: Bearer TOKEN`.")
 def webhooks_add(url, bearer):
     """Send every new plant to URL; prints {"id", "url", "secret"} as JSON.
@@ -99,7 +126,8 @@ def webhooks_add(url, bearer):
 
 @webhooks_cli.command("list")
 def webhooks_list():
-    """List receivers: id, url, owner, state, bearer, secret rotation (never secrets)."""
+    """List receivers: id, url, owner, state, bearer, secret rotation (never
+    secrets), circuit breaker."""
     now = utcnow()
     for subscription in Subscription.select().order_by(Subscription.id):
         state = ("active" if subscription.is_active
@@ -111,11 +139,23 @@ def webhooks_list():
         owner = subscription.owner.name if subscription.owner_id else "operator"
         bearer = "bearer token" if subscription.bearer_token else "no bearer token"
         click.echo(f"{subscription.id}\t{subscription.url}\t{owner}\t{state}\t"
-                   f"{bearer}\t{rotation}")
+                   f"{bearer}\t{rotation}\t{_breaker_state(subscription)}")
+
+
+def _breaker_state(subscription):
+    """The circuit breaker of a subscription, for ``webhooks list``."""
+    failures = subscription.failure_streak
+    if is_open(subscription):
+        return (f"breaker open since {_when(subscription.breaker_opened_at)} "
+                f"({failures} failures in a row; next probe "
+                f"{_when(subscription.breaker_probe_at)})")
+    if failures:
+        return f"breaker closed ({failures} failures in a row)"
+    return "breaker closed"
 
 
 @webhooks_cli.command("remove")
-@click.argument("subscription_id", type=int)
+@click.argument("subscription_id", type=ROW_ID)
 def webhooks_remove(subscription_id):
     """Delete receiver SUBSCRIPTION_ID with its deliveries."""
     subscription = _subscription(subscription_id)
@@ -125,7 +165,7 @@ def webhooks_remove(subscription_id):
 
 
 @webhooks_cli.command("rotate-secret")
-@click.argument("subscription_id", type=int)
+@click.argument("subscription_id", type=ROW_ID)
 def webhooks_rotate_secret(subscription_id):
     """Give SUBSCRIPTION_ID a new signing secret and print it.
 
@@ -149,7 +189,7 @@ def webhooks_rotate_secret(subscription_id):
 
 
 @webhooks_cli.command("enable")
-@click.argument("subscription_id", type=int)
+@click.argument("subscription_id", type=ROW_ID)
 def webhooks_enable(subscription_id):
     """Send to SUBSCRIPTION_ID again after it was disabled (by a 410 or by
     sustained failure).
@@ -163,7 +203,7 @@ def webhooks_enable(subscription_id):
 
 
 @webhooks_cli.command("test")
-@click.argument("subscription_id", type=int)
+@click.argument("subscription_id", type=ROW_ID)
 def webhooks_test(subscription_id):
     """Send SUBSCRIPTION_ID a signed example New Plant event now.
 
@@ -188,7 +228,7 @@ def deliveries_cli():
 @click.option("--status", type=click.Choice([Delivery.PENDING, Delivery.FAILED,
                                              Delivery.DELIVERED]),
               help="Only deliveries in this state.")
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True,
+@click.option("--limit", type=LIST_LIMIT, default=100, show_default=True,
               help="Show at most this many, newest first.")
 def deliveries_list(status, limit):
     """List deliveries: id, state, subscription, webhook-id, attempts, then the
@@ -210,7 +250,7 @@ def deliveries_list(status, limit):
 
 
 @deliveries_cli.command("show")
-@click.argument("delivery_id", type=int)
+@click.argument("delivery_id", type=ROW_ID)
 def deliveries_show(delivery_id):
     """Show delivery DELIVERY_ID and every attempt at it."""
     delivery = _delivery(delivery_id)
@@ -251,7 +291,7 @@ def _send_now(delivery_id, failed="failed again"):
         job = claim_for_retry(delivery_id, settings)
     except ClaimRefused as refused:
         raise click.ClickException(str(refused)) from None
-    outcome = dispatch.deliver(job, settings)
+    outcome = dispatch.deliver_now(job, settings)
     delivery = _delivery(delivery_id)
     if outcome == "delivered":
         click.echo(f"delivered {delivery.message_id}")
@@ -265,7 +305,7 @@ def _send_now(delivery_id, failed="failed again"):
 
 
 @deliveries_cli.command("retry")
-@click.argument("delivery_id", type=int)
+@click.argument("delivery_id", type=ROW_ID)
 def deliveries_retry(delivery_id):
     """Re-send DELIVERY_ID now, with the same webhook-id.
 
@@ -275,7 +315,7 @@ def deliveries_retry(delivery_id):
 
 
 @deliveries_cli.command("recover")
-@click.option("--subscription", "subscription_id", type=int, required=True,
+@click.option("--subscription", "subscription_id", type=ROW_ID, required=True,
               help="The subscription whose failed deliveries to send again.")
 @click.option("--since", required=True, callback=parse_since, metavar="TIME",
               help="RFC 3339 time (e.g. 2026-01-31T12:00:00Z); failed deliveries "
@@ -310,8 +350,9 @@ def deliveries_purge(days):
 def worker_cli(once):
     """Deliver due webhook deliveries: forever, or just once.
 
-    Stops cleanly on SIGTERM or SIGINT, after the batch under way. Several
-    workers may run at once against the same database.
+    Stops on SIGTERM or SIGINT within one attempt's deadline (connect + read
+    timeout): no new attempts start, those under way end and are recorded.
+    Several workers may run at once against the same database.
     """
     worker = Worker(settings_of(current_app))
     if once:

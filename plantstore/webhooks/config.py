@@ -3,11 +3,13 @@
 Sending happens in threads that have no app context, so everything a send or
 an outcome needs is taken from the app's (already parsed and bounded)
 configuration into one immutable ``WebhookSettings``, kept in
-``app.extensions``.
+``app.extensions`` beside the app's ``Dispatcher`` (the sender threads that
+attempt deliveries right after creates).
 """
 import dataclasses
 
 EXTENSION_KEY = "plantstore.webhooks"
+DISPATCHER_KEY = "plantstore.webhooks.dispatcher"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +23,11 @@ class WebhookSettings:
     secret_overlap_hours: float
     poll_interval: float
     batch_size: int
+    worker_threads: int
+    sends_per_process: int
+    sends_per_receiver: int
+    breaker_threshold: int
+    breaker_cooldown: float
     user_agent: str
     allowed_networks: tuple = ()  # what API subscriptions may reach beyond public addresses
     disable_after_hours: float = 120.0
@@ -28,7 +35,7 @@ class WebhookSettings:
 
     @property
     def send_bound(self):
-        """The longest one attempt may take: connect plus read timeout."""
+        """The hard deadline of one attempt: connect plus read timeout."""
         return self.connect_timeout + self.read_timeout
 
     @property
@@ -51,6 +58,11 @@ def from_config(config, version):
         secret_overlap_hours=config["WEBHOOK_SECRET_OVERLAP_HOURS"],
         poll_interval=config["WORKER_POLL_INTERVAL"],
         batch_size=config["WORKER_BATCH_SIZE"],
+        worker_threads=config["WORKER_THREADS"],
+        sends_per_process=config["WEBHOOK_SENDS_PER_PROCESS"],
+        sends_per_receiver=config["WEBHOOK_SENDS_PER_RECEIVER"],
+        breaker_threshold=config["WEBHOOK_BREAKER_THRESHOLD"],
+        breaker_cooldown=config["WEBHOOK_BREAKER_COOLDOWN"],
         user_agent=f"plantstore/{version}",
         allowed_networks=config["WEBHOOK_ALLOWED_NETWORKS"],
         disable_after_hours=config["WEBHOOK_DISABLE_AFTER_HOURS"],
@@ -59,11 +71,20 @@ def from_config(config, version):
 
 
 def init_app(app):
-    """Gather the webhook settings of ``app``."""
+    """Gather the webhook settings of ``app`` and make its dispatcher (whose
+    threads start with the first attempt)."""
     from .. import __version__
-    app.extensions[EXTENSION_KEY] = from_config(app.config, __version__)
+    from .dispatch import Dispatcher
+    settings = app.extensions[EXTENSION_KEY] = from_config(app.config, __version__)
+    app.extensions[DISPATCHER_KEY] = Dispatcher(
+        settings, settings.sends_per_process, settings.sends_per_receiver)
 
 
 def settings_of(app):
     """The webhook settings of ``app``."""
     return app.extensions[EXTENSION_KEY]
+
+
+def dispatcher_of(app):
+    """The dispatcher of ``app``'s web process."""
+    return app.extensions[DISPATCHER_KEY]

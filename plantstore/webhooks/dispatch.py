@@ -1,121 +1,216 @@
-"""Sending leased jobs now: concurrently, each attempt recorded, never raising.
+"""Making attempts: a bounded set of sender threads per process, and one
+writer thread that records their outcomes in batches.
 
-The create request hands its freshly written deliveries to ``send_after_commit``
-and waits until they are sent and their outcomes written, at most one
-attempt's bound (connect + read timeout) however many subscriptions there
-are; attempts still running at the bound finish, and record themselves, in
-the background. Workers use a ``DeliveryPool`` of their own for each
-claimed batch.
+A ``Dispatcher`` makes at most ``threads`` attempts at once, and at most
+``per_receiver`` at one subscription. ``try_start`` never waits: a job that
+finds no free slot is refused, and the caller leaves it to the workers (a
+web process) or does not claim it (a worker). Sender threads never touch the
+database: each result goes to the ``OutcomeWriter``, whose single thread
+writes everything that has accumulated in one transaction, so the webhook
+sending of one process holds at most one database connection.
 """
+import collections
 import concurrent.futures
 import logging
 import os
 import threading
 import time
 
-from flask import current_app
-
-from ..db import database
-from ..models import Delivery
+from .. import metrics
+from ..models import utcnow
 from . import outcomes, sender
-from .config import settings_of
 
 log = logging.getLogger(__name__)
 
-REQUEST_POOL_THREADS = 16
-"""Attempts one server process makes at once for its create requests."""
+WRITER_IDLE_SECONDS = 5.0
+"""An outcome writer thread with nothing to write for this long ends (a new
+one starts with the next outcome)."""
+
+LARGEST_WRITE = 500
+"""Most outcomes written in one transaction."""
 
 
-def deliver(job, settings):
-    """Make one attempt at ``job`` and record its outcome; returns the outcome
-    kind (None when it could not be recorded). Never raises."""
+def attempt(job, settings):
+    """One attempt at ``job``: its ``SendResult``, never an exception."""
+    started_at, clock = utcnow(), time.monotonic()
     try:
-        result = sender.send(job, settings)
-        return outcomes.record_outcome(job, result, settings)
-    except Exception:
-        log.exception("delivery %s (%s): the attempt could not be made or recorded",
-                      job.delivery_id, job.message_id)
-        return None
+        return sender.send(job, settings)
+    except Exception as error:  # a bug must not lose the delivery: it is retried
+        log.exception("delivery %s: the attempt could not be made", job.delivery_id)
+        return sender.SendResult(started_at, int((time.monotonic() - clock) * 1000),
+                                 error=f"{type(error).__name__}: {error}"[:500])
 
 
-def release(job):
-    """Give a leased job back to the workers at once (it was not attempted)."""
-    with database.connection_context():
-        (Delivery.update(locked_until=None)
-         .where(Delivery.id == job.delivery_id,
-                Delivery.locked_until == job.leased_until)
-         .execute())
+def deliver_now(job, settings):
+    """Attempt ``job`` in this thread and record the outcome; its kind."""
+    return outcomes.record_outcomes([(job, attempt(job, settings))], settings)[0]
 
 
-def _deliver_unless_late(job, settings, start_by):
-    """``deliver``, unless the request stopped waiting before a thread was free."""
-    if time.monotonic() > start_by:
+class OutcomeWriter:
+    """Writes attempts' outcomes, and leases given back, in batches from one thread.
+
+    ``on_written(jobs, kinds)`` is called after each batch of outcomes, with
+    the kinds written (all None if the batch could not be written: its
+    leases run out and the workers retry those deliveries, never lost).
+    """
+
+    def __init__(self, settings, on_written):
+        self.settings = settings
+        self.on_written = on_written
+        self._changed = threading.Condition()
+        self._outcomes, self._releases = [], []
+        self._unwritten = 0
+        self._thread = None
+        self._pid = None
+
+    def put_outcome(self, job, result):
+        self._put(job, result)
+
+    def put_release(self, job):
+        self._put(job)
+
+    def _put(self, job, result=None):
+        with self._changed:
+            if self._pid != os.getpid():  # first use, or a forked child
+                self._outcomes, self._releases, self._unwritten = [], [], 0
+                self._thread, self._pid = None, os.getpid()
+            if result is None:
+                self._releases.append(job)
+            else:
+                self._outcomes.append((job, result))
+            self._unwritten += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="webhook-outcomes",
+                                                daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
+
+    def flush(self, timeout):
+        """Wait until everything put so far is written; False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._unwritten == 0, timeout)
+
+    def _run(self):
+        while True:
+            with self._changed:
+                if not self._changed.wait_for(lambda: self._outcomes or self._releases,
+                                              WRITER_IDLE_SECONDS):
+                    self._thread = None
+                    return
+                batch = self._outcomes[:LARGEST_WRITE]
+                del self._outcomes[:LARGEST_WRITE]
+                releases, self._releases = self._releases, []
+            try:
+                self._write(batch, releases)
+            finally:
+                with self._changed:
+                    self._unwritten -= len(batch) + len(releases)
+                    self._changed.notify_all()
+
+    def _write(self, batch, releases):
+        kinds = [None] * len(batch)
         try:
-            release(job)
+            if releases:
+                outcomes.release(releases)
+            if batch:
+                kinds = outcomes.record_outcomes(batch, self.settings)
         except Exception:
-            log.exception("delivery %s: could not release its lease", job.delivery_id)
-        return None
-    return deliver(job, settings)
+            log.exception("webhook outcomes of deliveries %s could not be written; "
+                          "their leases will run out and the workers retry them",
+                          [job.delivery_id for job, _ in batch]
+                          + [job.delivery_id for job in releases])
+        finally:
+            if batch:
+                self.on_written([job for job, _ in batch], kinds)
 
 
-class DeliveryPool:
-    """Threads that make attempts side by side (each with its own HTTP session)."""
+class Dispatcher:
+    """Sender threads with a cap per process and per receiver, feeding one
+    ``OutcomeWriter``. An attempt holds its slot until its outcome is
+    written, so the next attempt at a receiver sees what the last one did
+    to its breaker (or to the subscription: a 410 disables it).
 
-    def __init__(self, threads):
+    ``on_recorded(kinds)`` (optional) is called with the outcome kinds of
+    each batch written.
+    """
+
+    def __init__(self, settings, threads, per_receiver, on_recorded=None):
+        self.settings = settings
         self.threads = threads
+        self.per_receiver = per_receiver
+        self.on_recorded = on_recorded
+        self.writer = OutcomeWriter(settings, self._written)
+        self._changed = threading.Condition()
+        self._busy = collections.Counter()  # subscription id -> attempts not yet recorded
         self._executor = None
         self._pid = None
-        self._lock = threading.Lock()
 
-    def executor(self):
-        """The thread pool of this process (a forked child builds its own)."""
-        with self._lock:
-            if self._executor is None or self._pid != os.getpid():
-                self._executor = concurrent.futures.ThreadPoolExecutor(
-                    self.threads, thread_name_prefix="webhook-send")
-                self._pid = os.getpid()
-            return self._executor
+    def in_flight(self):
+        """Attempts under way or waiting for their outcome to be written."""
+        with self._changed:
+            return sum(self._busy.values())
 
-    def deliver_all(self, jobs, settings):
-        """Attempt every job, side by side; the outcome kinds, in job order."""
-        futures = [self.executor().submit(deliver, job, settings) for job in jobs]
-        return [future.result() for future in futures]
+    def room(self):
+        """(attempts that may start now, {subscription id: room left} for
+        receivers with attempts under way)."""
+        with self._changed:
+            free = self.threads - sum(self._busy.values())
+            return free, {sid: self.per_receiver - n for sid, n in self._busy.items()}
 
-    def deliver_within(self, jobs, settings, seconds):
-        """Attempt every job, waiting at most ``seconds`` for them all.
+    def try_start(self, job):
+        """Start an attempt at ``job`` if a slot is free; whether it started."""
+        with self._changed:
+            executor = self._executor_of_this_process()
+            if (sum(self._busy.values()) >= self.threads
+                    or self._busy[job.subscription_id] >= self.per_receiver):
+                return False
+            self._busy[job.subscription_id] += 1
+        executor.submit(self._attempt, job)
+        return True
 
-        Jobs not started by then are released to the workers; attempts under
-        way finish (within their own timeouts) after this returns.
-        """
-        start_by = time.monotonic() + seconds
-        futures = [self.executor().submit(_deliver_unless_late, job, settings, start_by)
-                   for job in jobs]
-        concurrent.futures.wait(futures, timeout=seconds)
+    def send_or_leave(self, jobs):
+        """Start every job that finds a slot; give the others back to the workers."""
+        for job in jobs:
+            try:
+                started = self.try_start(job)
+            except Exception:  # runs after a commit: the create must not fail now
+                log.exception("delivery %s: could not start its attempt", job.delivery_id)
+                started = False
+            if not started:
+                metrics.count_left_to_worker("busy")
+                self.writer.put_release(job)
 
-    def shutdown(self):
-        """Wait for attempts under way, then stop the threads."""
-        with self._lock:
-            if self._executor is not None and self._pid == os.getpid():
-                self._executor.shutdown(wait=True)
-            self._executor = None
+    def wait_for_change(self, timeout):
+        """Wait until an attempt's outcome is written (or ``timeout`` seconds pass)."""
+        with self._changed:
+            self._changed.wait(timeout)
 
+    def drain(self, timeout):
+        """Wait for the attempts under way and their outcomes; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            if not self._changed.wait_for(lambda: not +self._busy, timeout):
+                return False
+        return self.writer.flush(max(0.0, deadline - time.monotonic()))
 
-_request_pool = DeliveryPool(REQUEST_POOL_THREADS)
+    def _executor_of_this_process(self):
+        if self._pid != os.getpid():  # first use, or a forked child
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                self.threads, thread_name_prefix="webhook-send")
+            self._busy.clear()
+            self._pid = os.getpid()
+        return self._executor
 
+    def _attempt(self, job):
+        self.writer.put_outcome(job, attempt(job, self.settings))
 
-def send_after_commit(jobs):
-    """Attempt a create's deliveries right after its commit, within the bound.
-
-    Called by the create request once the plant and its deliveries are
-    committed. Whatever happens to the receivers, it returns within one
-    attempt's connect + read timeout and raises nothing: a delivery it could
-    not complete stays in the outbox for the workers.
-    """
-    if not jobs:
-        return
-    try:
-        settings = settings_of(current_app)
-        _request_pool.deliver_within(jobs, settings, settings.send_bound)
-    except Exception:
-        log.exception("webhook deliveries %s: sending after the commit failed; "
-                      "the workers will send them", [job.message_id for job in jobs])
+    def _written(self, jobs, kinds):
+        """Free the slots of attempts whose outcomes were written."""
+        with self._changed:
+            for job in jobs:
+                self._busy[job.subscription_id] -= 1
+                if not self._busy[job.subscription_id]:
+                    del self._busy[job.subscription_id]
+            self._changed.notify_all()
+        if self.on_recorded:
+            self.on_recorded(kinds)

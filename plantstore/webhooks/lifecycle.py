@@ -59,6 +59,15 @@ def note_success(subscription_id, now):
      .where(Subscription.id == subscription_id).execute())
 
 
+def record(subscription_id, results, settings, now):
+    """After attempts at one subscription (``SendResult``s): remember a
+    success, or disable it if it has been failing too long."""
+    if any(result.ok for result in results):
+        note_success(subscription_id, now)
+    else:
+        disable_if_failing_too_long(subscription_id, settings, now)
+
+
 def disable_if_failing_too_long(subscription_id, settings, now):
     """After a failed attempt: disable the subscription if it has had no
     success for ``settings.disable_after_hours``; True if it did."""

@@ -4,12 +4,13 @@ transaction as the plant it announces."""
 import datetime
 import uuid
 
-from flask import current_app, json
+from flask import json
 
+from .. import metrics
 from ..db import Statement
 from ..models import Delivery, utcnow
 from . import audience
-from .config import settings_of
+from .breaker import is_open
 from .jobs import job_for
 
 NEW_PLANT_EVENT = "plant.created"
@@ -35,30 +36,34 @@ _INSERT_DELIVERY = Statement(
     datetime.datetime(2000, 1, 2), datetime.datetime(2000, 1, 3))
 
 
-def record_new_plant(plant):
+def record_new_plant(plant, settings):
     """Queue a "New Plant" delivery for every active subscription that hears about it.
 
     Must run inside the transaction that creates ``plant``, so the plant and
-    its announcements commit, or roll back, together. The rows are leased to
-    the calling request, which sends them once committed
-    (``dispatch.send_after_commit``); workers leave them alone until the
-    lease expires, so a process that dies after the commit delays the
-    deliveries but never loses them. Returns the jobs to send.
+    its announcements commit, or roll back, together. Rows of receivers
+    whose circuit breaker is closed are leased to the calling process, which
+    attempts them once committed; workers leave them alone until the lease
+    expires, so a process that dies after the commit delays the deliveries
+    but never loses them. Rows of receivers whose breaker is open are left
+    to the workers at once. Returns the jobs to attempt.
     """
     subscriptions = audience.hearing_about(plant.owner_id)
     if not subscriptions:
         return []
     now = utcnow()
-    leased_until = now + datetime.timedelta(
-        seconds=settings_of(current_app).lease_seconds)
+    lease = now + datetime.timedelta(seconds=settings.lease_seconds)
     payload = new_plant_payload(plant)
     jobs = []
     for subscription in subscriptions:
         message_id = f"msg_{uuid.uuid4().hex}"
+        attempt_now = not is_open(subscription)
         [(delivery_id,)] = _INSERT_DELIVERY.rows(
             subscription.id, message_id, NEW_PLANT_EVENT, payload, Delivery.PENDING, 0,
-            now, leased_until, now)
+            now, lease if attempt_now else None, now)
+        if not attempt_now:
+            metrics.count_left_to_worker("breaker open")
+            continue
         delivery = Delivery(id=delivery_id, message_id=message_id, payload=payload,
                             attempts=0)
-        jobs.append(job_for(delivery, subscription, leased_until, now))
+        jobs.append(job_for(delivery, subscription, lease, now))
     return jobs

@@ -1,21 +1,22 @@
-"""What an attempt means for its delivery, decided and written in one place.
+"""What attempts mean for their deliveries, decided and written in one place.
 
-``record_outcome`` is the single point where every attempt, from a create
-request or a worker, becomes one of the outcomes below; the attempt is
-logged and the delivery moved on in one transaction, fenced by the lease
-the sender held.
+``record_outcomes`` is the single point where attempts, from a web process
+or a worker, become one of the outcomes below. A batch of them is written in
+one transaction: each delivery moved on, each attempt logged, each
+receiver's circuit breaker updated. Every write is fenced by the lease the
+sender held (``WHERE id = ? AND locked_until = <its lease>``): a sender whose
+lease ran out writes nothing over the work of the one that took over.
 """
+import collections
 import dataclasses
 import datetime
 import logging
 import random
 
 from .. import metrics
-from peewee import SQL
-
-from ..db import Statement, database, is_sqlite
+from ..db import database, is_sqlite
 from ..models import Attempt, Delivery, utcnow
-from . import lifecycle
+from . import breaker, lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -67,93 +68,106 @@ def decide(attempts_made, result, settings, now):
     return Outcome(RETRY, now + datetime.timedelta(seconds=delay))
 
 
-# Every attempt writes one of these: compiled once (see db.Statement). Each
-# UPDATE ends with the lease fence, WHERE id = ? AND locked_until = ?; the
-# example values follow the SQL's column order (the model's field order).
-_T1, _T2 = datetime.datetime(2000, 1, 1), datetime.datetime(2000, 1, 2)
-NULL = SQL("NULL")
+def _fence(job):
+    return (Delivery.id == job.delivery_id) & (Delivery.locked_until == job.leased_until)
 
 
-def _fenced_update(changes, *example):
-    """A compiled UPDATE of one delivery, writing ``changes(*values)`` and
-    releasing the lease, but only while the sender's lease holds (the
-    delivery id and that lease are its two last values)."""
-    return Statement(
-        lambda *values: Delivery.update({**changes(*values[:-2]), Delivery.locked_until: NULL})
-        .where(Delivery.id == values[-2], Delivery.locked_until == values[-1]),
-        *example, -1, _T2)
+def _mark_delivered(jobs, now):
+    """Mark delivered those of ``jobs`` whose lease holds; their delivery ids.
 
-
-_MARK_DELIVERED = _fenced_update(
-    lambda status, attempts, delivered_at: {
-        Delivery.status: status, Delivery.attempts: attempts, Delivery.last_error: NULL,
-        Delivery.delivered_at: delivered_at},
-    "status", -2, _T1)
-_MARK_RETRY = _fenced_update(
-    lambda attempts, next_attempt_at, last_error: {
-        Delivery.attempts: attempts, Delivery.next_attempt_at: next_attempt_at,
-        Delivery.last_error: last_error},
-    -2, _T1, "error")
-_MARK_FAILED = _fenced_update(
-    lambda status, attempts, last_error: {
-        Delivery.status: status, Delivery.attempts: attempts,
-        Delivery.last_error: last_error},
-    "status", -2, "error")
-_LOG_ATTEMPT = Statement(
-    lambda delivery, started_at, status_code, error, duration_ms: Attempt.insert(
-        delivery=delivery, started_at=started_at, status_code=status_code, error=error,
-        duration_ms=duration_ms),
-    -1, _T1, -2, "error", -3)
-
-
-def _write(job, outcome, result, now):
-    """The fenced UPDATE moving the delivery on; True if the lease still held."""
-    attempts = job.attempts + 1
-    if outcome.kind == DELIVERED:
-        cursor = _MARK_DELIVERED.execute(Delivery.DELIVERED, attempts, now,
-                                         job.delivery_id, job.leased_until)
-    elif outcome.kind == RETRY:
-        cursor = _MARK_RETRY.execute(attempts, outcome.next_attempt_at, result.summary(),
-                                     job.delivery_id, job.leased_until)
-    else:
-        cursor = _MARK_FAILED.execute(Delivery.FAILED, attempts, result.summary(),
-                                      job.delivery_id, job.leased_until)
-    return cursor.rowcount == 1
-
-
-def record_outcome(job, result, settings):
-    """Decide what ``result`` means for ``job``'s delivery and write it down.
-
-    Returns the outcome kind, or None when the lease was lost meanwhile (the
-    delivery belongs to another sender now, which writes its own outcome).
+    Jobs claimed together share one lease, so this is one UPDATE per claim.
     """
-    now = utcnow()
-    outcome = decide(job.attempts + 1, result, settings, now)
-    with database.connection_context(), database.atomic():
-        if not is_sqlite():
-            # An outcome lost in a crash costs one more send of an event that
-            # is still leased and pending, which at-least-once allows, so
-            # this commit does not wait for the disk flush.
-            database.execute_sql("SET LOCAL synchronous_commit TO OFF")
-        if not _write(job, outcome, result, now):
-            log.warning("delivery %s: lease lost before the outcome (%s) was "
-                        "written; another sender owns it", job.delivery_id,
-                        result.summary() or "delivered")
-            return None
-        _LOG_ATTEMPT.execute(job.delivery_id, result.started_at, result.status_code,
-                             result.error, result.duration_ms)
-        if outcome.kind == GONE:
-            disable_subscription(job.subscription_id,
-                                 f"the receiver answered 410 Gone on {now:%Y-%m-%d %H:%M:%S} UTC")
-        elif outcome.kind == DELIVERED:
-            lifecycle.note_success(job.subscription_id, now)
+    by_lease = collections.defaultdict(list)
+    for job in jobs:
+        by_lease[job.leased_until].append(job.delivery_id)
+    held = set()
+    for lease, ids in by_lease.items():
+        query = (Delivery.update(status=Delivery.DELIVERED, attempts=Delivery.attempts + 1,
+                                 last_error=None, delivered_at=now, locked_until=None)
+                 .where(Delivery.id.in_(ids), Delivery.locked_until == lease)
+                 .returning(Delivery.id))
+        held.update(row.id for row in query.execute())
+    return held
+
+
+def _mark_undelivered(job, outcome, result):
+    """Write a failed attempt's outcome; True if the lease held."""
+    changes = {Delivery.attempts: job.attempts + 1, Delivery.last_error: result.summary(),
+               Delivery.locked_until: None}
+    if outcome.kind == RETRY:
+        changes[Delivery.next_attempt_at] = outcome.next_attempt_at
+    else:
+        changes[Delivery.status] = Delivery.FAILED
+    return Delivery.update(changes).where(_fence(job)).execute() == 1
+
+
+def _write(attempts, settings, now):
+    """Write ``[(job, result, outcome)]`` down; the kinds written (None: lease lost)."""
+    delivered = _mark_delivered([job for job, _, outcome in attempts
+                                 if outcome.kind == DELIVERED], now)
+    kinds, logged, by_receiver = [], [], collections.defaultdict(list)
+    for job, result, outcome in attempts:
+        if outcome.kind == DELIVERED:
+            held = job.delivery_id in delivered
         else:
-            lifecycle.disable_if_failing_too_long(job.subscription_id, settings, now)
-    metrics.count_delivery(outcome.kind)
-    log.log(LOG_LEVELS[outcome.kind], "delivery %s (%s) to subscription %s: %s%s",
-            job.delivery_id, job.message_id, job.subscription_id, outcome.kind,
-            "" if result.ok else f" ({result.summary()})")
-    return outcome.kind
+            held = _mark_undelivered(job, outcome, result)
+        kinds.append(outcome.kind if held else None)
+        if not held:
+            continue
+        logged.append({"delivery": job.delivery_id, "started_at": result.started_at,
+                       "status_code": result.status_code, "error": result.error,
+                       "duration_ms": result.duration_ms})
+        by_receiver[job.subscription_id].append(result)
+    if logged:
+        Attempt.insert_many(logged).as_rowcount().execute()
+    for subscription_id, results in by_receiver.items():
+        breaker.record(subscription_id, results, settings, now)
+        lifecycle.record(subscription_id, results, settings, now)
+    for (job, _, _), kind in zip(attempts, kinds):
+        if kind == GONE:
+            disable_subscription(job.subscription_id, "the receiver answered 410 Gone "
+                                 f"on {now:%Y-%m-%d %H:%M:%S} UTC")
+    return kinds
+
+
+def record_outcomes(attempts, settings):
+    """Decide what each ``(job, result)`` means and write them all in one
+    transaction; returns the outcome kinds, in order (None where the lease
+    was lost meanwhile: the delivery belongs to another sender now)."""
+    now = utcnow()
+    decided = [(job, result, decide(job.attempts + 1, result, settings, now))
+               for job, result in attempts]
+    with database.connection_context(), database.atomic():
+        # An outcome lost in a crash costs one more send of an event that is
+        # still leased and pending, which at-least-once allows.
+        commit_without_flush()
+        kinds = _write(decided, settings, now)
+    for (job, result, _), kind in zip(decided, kinds):
+        if kind is None:
+            log.warning("delivery %s: lease lost before the outcome (%s) was written; "
+                        "another sender owns it", job.delivery_id,
+                        result.summary() or "delivered")
+            continue
+        metrics.count_delivery(kind)
+        log.log(LOG_LEVELS[kind], "delivery %s (%s) to subscription %s: %s%s",
+                job.delivery_id, job.message_id, job.subscription_id, kind,
+                "" if result.ok else f" ({result.summary()})")
+    return kinds
+
+
+def commit_without_flush():
+    """Let the current PostgreSQL transaction commit without waiting for the
+    disk flush; for writes whose loss in a crash only causes a resend."""
+    if not is_sqlite():
+        database.execute_sql("SET LOCAL synchronous_commit TO OFF")
+
+
+def release(jobs):
+    """Give leased jobs back to the workers at once (they were not attempted)."""
+    with database.connection_context(), database.atomic():
+        commit_without_flush()
+        for job in jobs:
+            Delivery.update(locked_until=None).where(_fence(job)).execute()
 
 
 def disable_subscription(subscription_id, reason):

@@ -1,17 +1,20 @@
 """One HTTP attempt at a delivery, with requests, and what came of it.
 
 Bounded on every side: connect and read timeouts, the whole attempt cut off
-at their sum even if a receiver trickles its answer, redirects never
-followed (a 3xx is an answer like any other non-2xx), and at most
-``max_response_bytes`` of the response read. Each thread keeps one
-``requests.Session`` so consecutive deliveries to a receiver reuse its
-keep-alive connection. Requests are built from a per-URL template whose URL
-is parsed once, and carry no cookies: a receiver cannot plant any.
+at their sum even if a receiver trickles its answer (``deadline``),
+redirects never followed (a 3xx is an answer like any other non-2xx), and
+at most ``max_response_bytes`` of the response read. Every thread of a
+process sends through one requests transport adapter, which keeps a pool of
+keep-alive connections per receiver. No ``requests.Session`` is involved:
+no cookies (a receiver cannot plant any), no proxies or ``.netrc``
+credentials from the environment, no redirects. Requests are built from a
+per-URL template whose URL is parsed once.
 """
 import dataclasses
 import datetime
 import email.utils
 import functools
+import os
 import threading
 import time
 
@@ -19,12 +22,14 @@ import requests
 
 from ..models import utcnow
 from . import ssrf
+from .deadline import DeadlineAdapter, attempt_deadline
 from .signing import signature_headers
 
 EXCERPT_CHARS = 200
 """How much of a failing receiver's answer is kept in the attempt log."""
 
-_local = threading.local()
+RECEIVER_POOL_CONNECTIONS = 64
+"""Keep-alive connections kept per receiver (more may be open, briefly)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,18 +54,21 @@ class SendResult:
         return self.error
 
 
-def session():
-    """This thread's HTTP session (kept so connections are reused).
+_adapter_lock = threading.Lock()
+_adapter = (None, None)  # (pid, adapter)
 
-    ``trust_env`` is off: proxies and ``.netrc`` credentials from the
-    environment must not reach, or redirect, signed deliveries.
-    """
-    current = getattr(_local, "session", None)
-    if current is None:
-        current = requests.Session()
-        current.trust_env = False
-        _local.session = current
-    return current
+
+def adapter():
+    """This process's transport adapter (a forked child builds its own, so
+    no two processes share a connection)."""
+    global _adapter
+    with _adapter_lock:
+        pid, current = _adapter
+        if pid != os.getpid():
+            current = DeadlineAdapter(pool_connections=256,
+                                      pool_maxsize=RECEIVER_POOL_CONNECTIONS)
+            _adapter = (os.getpid(), current)
+        return current
 
 
 @functools.lru_cache(maxsize=256)
@@ -94,15 +102,13 @@ def parse_retry_after(value, now=None):
     return max(0.0, (when - now).total_seconds())
 
 
-def _read_capped(response, limit, deadline):
-    """At most ``limit`` bytes of the body; raises Timeout past ``deadline``."""
+def _read_capped(response, limit):
+    """At most ``limit`` bytes of the body."""
     body = bytearray()
     for chunk in response.iter_content(chunk_size=8192):
         body += chunk
         if len(body) >= limit:
             return bytes(body[:limit])
-        if time.monotonic() > deadline:
-            raise requests.Timeout("the response took longer than the read timeout")
     return bytes(body)
 
 
@@ -124,27 +130,33 @@ def send(job, settings):
     if job.bearer_token:
         headers["Authorization"] = f"Bearer {job.bearer_token}"
     clock = time.monotonic()
-    deadline = clock + settings.send_bound
 
     def elapsed_ms():
         return int((time.monotonic() - clock) * 1000)
 
-    try:
-        http = ssrf.session(settings.allowed_networks) if job.restricted else session()
-        response = http.send(
-            _prepared(job.url, headers, job.payload.encode("utf-8")),
-            timeout=(settings.connect_timeout, settings.read_timeout),
-            allow_redirects=False, stream=True)
+    with attempt_deadline(settings.send_bound) as attempt:
         try:
-            body = _read_capped(response, settings.max_response_bytes, deadline)
-        finally:
-            response.close()
-    except requests.Timeout:
-        return SendResult(started_at, elapsed_ms(),
-                          error=f"timeout (connect {settings.connect_timeout:g}s, "
-                                f"read {settings.read_timeout:g}s)")
-    except requests.RequestException as error:
-        return SendResult(started_at, elapsed_ms(), error=_describe(error))
+            http = (ssrf.adapter(settings.allowed_networks, pool_connections=256,
+                                 pool_maxsize=RECEIVER_POOL_CONNECTIONS)
+                    if job.restricted else adapter())
+            response = http.send(
+                _prepared(job.url, headers, job.payload.encode("utf-8")),
+                timeout=(settings.connect_timeout, settings.read_timeout), stream=True)
+            try:
+                body = _read_capped(response, settings.max_response_bytes)
+            finally:
+                response.close()
+        except requests.Timeout:
+            return SendResult(started_at, elapsed_ms(),
+                              error=f"timeout (connect {settings.connect_timeout:g}s, "
+                                    f"read {settings.read_timeout:g}s)")
+        except requests.RequestException as error:
+            if not attempt.cut:
+                return SendResult(started_at, elapsed_ms(), error=_describe(error))
+        if attempt.cut:  # whatever was parsed of a cut-off answer is not an answer
+            return SendResult(started_at, elapsed_ms(),
+                              error=f"deadline: no complete answer within "
+                                    f"{settings.send_bound:g}s")
     status = response.status_code
     retry_after = None
     if status in (429, 503):

@@ -14,14 +14,16 @@ covers neither "resolves only to public addresses" nor the operator's
 allowlist (``PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS``).
 """
 import ipaddress
+import os
 import re
 import socket
 import threading
 from urllib.parse import urlsplit
 
 import requests
-from requests.adapters import HTTPAdapter
 from requests.structures import CaseInsensitiveDict
+
+from .deadline import DeadlineAdapter
 
 MAX_URL_LENGTH = 2000
 
@@ -145,9 +147,10 @@ def check_url(url, policy):
     return None
 
 
-class PinnedAddressAdapter(HTTPAdapter):
-    """A requests transport adapter that checks the receiver's address at
-    every send and connects to the address it checked.
+class PinnedAddressAdapter(DeadlineAdapter):
+    """The sender's transport adapter (hard deadline per attempt), checking
+    the receiver's address at every send and connecting to the address it
+    checked.
 
     The pool is keyed on that address; the request keeps its Host header,
     and over TLS the server name (SNI) and the certificate check stay on the
@@ -179,21 +182,16 @@ class PinnedAddressAdapter(HTTPAdapter):
         return host_params, pool_kwargs
 
 
-_local = threading.local()
+_adapters_lock = threading.Lock()
+_adapters = {}  # (pid, allowed) -> adapter
 
 
-def session(allowed):
-    """This thread's HTTP session for API subscriptions under the networks
-    ``allowed`` (kept, like the sender's own, so connections are reused)."""
-    sessions = getattr(_local, "sessions", None)
-    if sessions is None:
-        sessions = _local.sessions = {}
-    current = sessions.get(allowed)
-    if current is None:
-        current = requests.Session()
-        current.trust_env = False
-        adapter = PinnedAddressAdapter(Policy(allowed))
-        current.mount("http://", adapter)
-        current.mount("https://", adapter)
-        sessions[allowed] = current
-    return current
+def adapter(allowed, **pool):
+    """This process's adapter for API subscriptions under the networks
+    ``allowed`` (a forked child builds its own, as for the sender's)."""
+    key = (os.getpid(), allowed)
+    with _adapters_lock:
+        current = _adapters.get(key)
+        if current is None:
+            current = _adapters[key] = PinnedAddressAdapter(Policy(allowed), **pool)
+        return current

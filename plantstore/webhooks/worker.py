@@ -1,12 +1,20 @@
 """The delivery worker: claim what is due, attempt it, record what happened.
 
 Any number of workers, on any number of machines, may share one database.
-A worker claims a batch by leasing it (``locked_until``) in one short
+A worker claims deliveries by leasing them (``locked_until``) in one short
 transaction: on PostgreSQL the candidate rows are locked with ``FOR UPDATE
-SKIP LOCKED``, so concurrent workers take disjoint batches without waiting;
-on SQLite the transaction begins IMMEDIATE, so claims run one at a time.
-Rows under a lease (being sent by a create request or another worker) are
-never claimed, so no event is sent twice at once.
+SKIP LOCKED``, so concurrent workers take disjoint sets without waiting; on
+SQLite the transaction begins IMMEDIATE, so claims run one at a time. Rows
+under a lease (being sent by a web process or another worker) are never
+claimed, so no event is sent twice at once.
+
+A worker claims only as many deliveries as it has free sender threads, and
+per receiver only as many as that receiver's cap leaves room for, so every
+claimed attempt starts at once and ends by its deadline, well inside its
+lease. It claims again as soon as attempts end, never waiting for a whole
+batch: a slow receiver holds its own slots, not the others' deliveries.
+While a receiver's circuit breaker is open, its deliveries wait; one probe
+attempt per cooldown goes out (see ``breaker``).
 """
 import collections
 import datetime
@@ -16,34 +24,69 @@ import threading
 from ..db import database, is_sqlite
 from ..models import Delivery, Subscription, utcnow
 from . import lifecycle
-from .dispatch import DeliveryPool
+from .dispatch import Dispatcher
 from .jobs import jobs_for_ids
+from .outcomes import commit_without_flush
 
 log = logging.getLogger(__name__)
+
+WAKE_SECONDS = 0.25
+"""Longest the claiming loop sleeps between checks for stopping and for free slots."""
 
 
 def _lease_free(now):
     return Delivery.locked_until.is_null() | (Delivery.locked_until <= now)
 
 
-def claim_due(limit, settings, due_by=None):
+def _take_probe(subscription_id, now, settings):
+    """Reserve the next probe of an open breaker; whether this claim got it."""
+    next_probe = now + datetime.timedelta(seconds=settings.breaker_cooldown)
+    return (Subscription.update(breaker_probe_at=next_probe)
+            .where(Subscription.id == subscription_id,
+                   Subscription.breaker_probe_at <= now)
+            .execute()) == 1
+
+
+def claim_due(limit, settings, due_by=None, room=None):
     """Lease up to ``limit`` pending deliveries due by ``due_by`` (default now)
-    to this worker; returns their jobs, most overdue first."""
+    to this worker; returns their jobs, most overdue first.
+
+    ``room`` maps subscription ids to how many more attempts this worker may
+    start at them (the per-receiver cap where absent). A receiver whose
+    breaker is open gets one delivery, its probe, when the probe is due.
+    """
     now = utcnow()
+    room = room or {}
     leased_until = now + datetime.timedelta(seconds=settings.lease_seconds)
-    active = Subscription.select(Subscription.id).where(
-        Subscription.is_active == True)  # noqa: E712
+    full = [sid for sid, left in room.items() if left <= 0]
     with database.atomic():
-        query = (Delivery.select(Delivery.id)
+        commit_without_flush()  # a lease lost in a crash only frees the rows early
+        query = (Delivery.select(Delivery.id, Delivery.subscription,
+                                 Subscription.breaker_opened_at)
+                 .join(Subscription)
                  .where(Delivery.status == Delivery.PENDING,
                         Delivery.next_attempt_at <= (due_by or now),
                         _lease_free(now),
-                        Delivery.subscription.in_(active))
+                        Subscription.is_active == True,  # noqa: E712
+                        Subscription.breaker_probe_at.is_null()
+                        | (Subscription.breaker_probe_at <= now))
                  .order_by(Delivery.next_attempt_at, Delivery.id)
                  .limit(limit))
+        if full:
+            query = query.where(Delivery.subscription.not_in(full))
         if not is_sqlite():
-            query = query.for_update(skip_locked=True)
-        ids = [row[0] for row in query.tuples()]
+            query = query.for_update(of=Delivery, skip_locked=True)
+        taken = collections.Counter()
+        ids = []
+        for delivery_id, subscription_id, opened_at in query.tuples():
+            if opened_at is not None:
+                if taken[subscription_id] or not _take_probe(subscription_id, now, settings):
+                    continue
+            elif taken[subscription_id] >= room.get(subscription_id,
+                                                    settings.sends_per_receiver):
+                continue
+            taken[subscription_id] += 1
+            ids.append(delivery_id)
         if not ids:
             return []
         Delivery.update(locked_until=leased_until).where(Delivery.id.in_(ids)).execute()
@@ -87,30 +130,60 @@ def claim_for_retry(delivery_id, settings):
 
 
 class Worker:
-    """Delivers due deliveries in batches until told to stop."""
+    """Delivers due deliveries until told to stop, with ``worker_threads``
+    attempts at once at most."""
 
     def __init__(self, settings):
         self.settings = settings
-        self.pool = DeliveryPool(settings.batch_size)
         self.stopping = threading.Event()
         self.tally = collections.Counter()
+        self._tally_lock = threading.Lock()
+        self.dispatcher = Dispatcher(settings, settings.worker_threads,
+                                     settings.sends_per_receiver, on_recorded=self._count)
+
+    def _count(self, kinds):
+        with self._tally_lock:
+            self.tally.update(kind or "unrecorded" for kind in kinds)
 
     def stop(self):
-        """Finish the batch under way, then stop (safe from a signal handler)."""
+        """Start no more attempts; those under way end by their deadline
+        (safe from a signal handler)."""
         self.stopping.set()
 
-    def deliver_due(self, due_by=None):
-        """Claim and attempt batches until nothing is due by ``due_by`` (or
-        until stopped); returns how many attempts were made."""
-        made = 0
+    def _deliver(self, due_by, until_idle):
+        """Start attempts at due deliveries as sender threads free up, until
+        stopped (or, with ``until_idle``, until nothing is due and nothing is
+        under way); returns how many were started."""
+        started = 0
         while not self.stopping.is_set():
-            jobs = claim_due(self.settings.batch_size, self.settings, due_by)
-            if not jobs:
+            free, room = self.dispatcher.room()
+            jobs = []
+            if free > 0:
+                jobs = claim_due(min(free, self.settings.batch_size), self.settings,
+                                 due_by, room)
+            for job in jobs:
+                if not self.dispatcher.try_start(job):  # only if the caps shrank meanwhile
+                    self.dispatcher.writer.put_release(job)
+            started += len(jobs)
+            if jobs:
+                continue  # claim again at once: there may be more, for other receivers
+            if self.dispatcher.in_flight():
+                self.dispatcher.wait_for_change(WAKE_SECONDS)
+            elif until_idle:
                 break
-            outcomes = self.pool.deliver_all(jobs, self.settings)
-            self.tally.update(kind or "unrecorded" for kind in outcomes)
-            made += len(jobs)
-        return made
+            else:
+                lifecycle.purge_expired(self.settings)  # one retention batch per idle poll
+                self.stopping.wait(self.settings.poll_interval)
+        return started
+
+    def _finish(self):
+        """Wait for attempts under way (they end by their deadline) and their outcomes."""
+        try:
+            if not self.dispatcher.drain(self.settings.send_bound + 10):
+                log.warning("webhook worker: outcomes still unwritten at exit; their "
+                            "leases will run out and the deliveries be retried")
+        finally:
+            database.close()
 
     def run_once(self):
         """Deliver what was due when called, then return the tally of outcomes.
@@ -119,30 +192,25 @@ class Worker:
         ends even when a receiver keeps failing with a zero delay.
         """
         try:
-            self.deliver_due(due_by=utcnow())
+            self._deliver(due_by=utcnow(), until_idle=True)
         finally:
-            self.pool.shutdown()
-            database.close()
+            self._finish()
         return self.tally
 
     def run_forever(self):
         """Poll for due deliveries until ``stop``; returns the tally."""
-        log.info("webhook worker started (poll every %gs, batches of %d)",
-                 self.settings.poll_interval, self.settings.batch_size)
+        log.info("webhook worker started (poll every %gs, %d attempts at once)",
+                 self.settings.poll_interval, self.settings.worker_threads)
         try:
             while not self.stopping.is_set():
                 try:
-                    made = self.deliver_due()
+                    self._deliver(due_by=None, until_idle=False)
                 except Exception:
                     log.exception("webhook worker: claiming deliveries failed; "
                                   "retrying after the poll interval")
                     database.close()
-                    made = 0
-                lifecycle.purge_expired(self.settings)
-                if not made:
                     self.stopping.wait(self.settings.poll_interval)
         finally:
-            self.pool.shutdown()
-            database.close()
+            self._finish()
         log.info("webhook worker stopped: %s", dict(self.tally) or "nothing delivered")
         return self.tally

@@ -217,3 +217,65 @@ def sleep_until(moment):
     """Sleep until the stored UTC time ``moment`` has passed."""
     now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
     time.sleep(max(0.0, (moment - now).total_seconds()) + 0.05)
+
+
+# --- receivers that trickle their answer ------------------------------------
+
+TRICKLE_EVERY = 0.3  # shorter than any test's read timeout: no single read times out
+HEADERS_TRICKLED = (b"HTTP/1.1 200 OK\r\n", b"X-Slow: " + b"a" * 200)
+BODY_TRICKLED = (b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n", b"b" * 1000)
+
+
+class Trickler:
+    """A raw receiver on loopback: it reads a request, then sends ``head`` and
+    trickles ``trickle`` one byte every TRICKLE_EVERY seconds until the
+    sender hangs up. ``hung_up`` holds, per connection, when that happened."""
+
+    def __init__(self, head, trickle):
+        self.head, self.trickle = head, trickle
+        self.accepted = []
+        self.hung_up = []
+        self._stop = threading.Event()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(0.1)
+        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}/hook"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while not self._stop.is_set():
+            try:
+                connection, _ = self._server.accept()
+            except socket.timeout:
+                continue
+            except OSError:  # closed by stop()
+                return
+            self.accepted.append(time.monotonic())
+            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection):
+        with connection:
+            connection.recv(65536)
+            try:
+                connection.sendall(self.head)
+                for byte in self.trickle:
+                    if self._stop.wait(TRICKLE_EVERY):
+                        return
+                    connection.sendall(bytes([byte]))
+            except OSError:
+                self.hung_up.append(time.monotonic())
+
+    def stop(self):
+        self._stop.set()
+        self._server.close()
+
+
+@pytest.fixture
+def trickler():
+    started = []
+
+    def start(head, trickle):
+        started.append(Trickler(head, trickle))
+        return started[-1]
+    yield start
+    for receiver in started:
+        receiver.stop()

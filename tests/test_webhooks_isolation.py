@@ -1,0 +1,187 @@
+"""A receiver can never hurt the API: every attempt ends at its hard
+deadline even when a receiver trickles its answer, a failing receiver's
+circuit breaker (shared through the database) keeps creates and workers off
+it, and each process caps the attempts it has under way."""
+import json
+import threading
+
+import pytest
+
+from helpers import create_plant, wait_until
+from plantstore.db import database
+from plantstore.models import Attempt, Delivery, Subscription
+from plantstore.webhooks.config import settings_of
+from plantstore.webhooks.worker import Worker
+from plugins.webhooks import BODY_TRICKLED, HEADERS_TRICKLED, Answer, subscribe
+
+CONNECT, READ = 0.5, 1.0
+BOUND = CONNECT + READ
+
+pytestmark = pytest.mark.app_config({
+    "WEBHOOK_CONNECT_TIMEOUT": CONNECT, "WEBHOOK_READ_TIMEOUT": READ,
+    "WEBHOOK_RETRY_SCHEDULE": "0,0,0,0,0,0", "WEBHOOK_BREAKER_THRESHOLD": 2,
+    "WEBHOOK_BREAKER_COOLDOWN": 3600})
+
+
+@pytest.mark.parametrize("head, trickle", [HEADERS_TRICKLED, BODY_TRICKLED],
+                         ids=["headers", "body"])
+def test_a_trickling_receiver_is_cut_off_at_the_deadline_and_the_socket_closed(
+        client, runner, alice, trickler, head, trickle):
+    receiver = trickler(head, trickle)
+    subscribe(runner, receiver.url)
+
+    create_plant(client, alice, 1)
+
+    wait_until(lambda: Attempt.select().count() == 1)
+    [attempt] = Attempt.select()
+    assert attempt.status_code is None and attempt.error.startswith("deadline"), attempt.error
+    # Cut at connect + read timeout, not after the 60 s the trickle would last.
+    assert BOUND * 1000 <= attempt.duration_ms < (BOUND + 2) * 1000, attempt.duration_ms
+    wait_until(lambda: receiver.hung_up)
+    assert len(receiver.accepted) == 1  # nobody sent it again meanwhile
+    delivery = Delivery.get()
+    assert delivery.status == Delivery.PENDING and delivery.locked_until is None
+
+
+def test_no_worker_sends_an_event_again_while_its_first_attempt_is_open(
+        app, client, runner, alice, trickler):
+    receiver = trickler(*HEADERS_TRICKLED)
+    subscribe(runner, receiver.url)
+    create_plant(client, alice, 1)
+    wait_until(lambda: receiver.accepted)
+
+    tally = Worker(settings_of(app)).run_once()  # while the create's attempt trickles
+
+    assert not tally and Attempt.select().count() == 0
+    wait_until(lambda: Attempt.select().count() == 1)
+    assert len(receiver.accepted) == 1
+
+
+def test_failures_open_the_breaker_then_creates_leave_that_receiver_to_the_workers(
+        app, client, runner, alice, make_receiver):
+    failing = make_receiver(Answer(503))
+    healthy = make_receiver()
+    failing_id, _ = subscribe(runner, failing.url)
+    subscribe(runner, healthy.url)
+    for plant_id in (1, 2):  # threshold 2: the second failure opens it
+        create_plant(client, alice, plant_id)
+        wait_until(lambda: Attempt.select().count() == 2 * plant_id)
+
+    subscription = Subscription.get_by_id(failing_id)
+    assert subscription.failure_streak == 2 and subscription.breaker_opened_at
+    assert subscription.breaker_probe_at > subscription.breaker_opened_at
+
+    create_plant(client, alice, 3)
+    healthy.wait_for(3)
+    wait_until(lambda: Attempt.select().count() == 5)
+    assert len(failing.requests) == 2  # no attempt while open
+    [waiting] = Delivery.select().where(Delivery.subscription == failing_id,
+                                        Delivery.attempts == 0)
+    assert waiting.locked_until is None and waiting.status == Delivery.PENDING
+
+    listed = runner.invoke(args=["webhooks", "list"]).stdout.splitlines()
+    assert "breaker open since" in listed[0] and "2 failures in a row" in listed[0]
+    assert listed[1].endswith("\tbreaker closed")
+    metrics = app.test_client().get("/metrics").get_data(as_text=True)
+    assert f'plantstore_webhook_breaker_open{{subscription="{failing_id}"}} 1.0' in metrics
+    assert 'plantstore_webhook_left_to_worker_total{reason="breaker open"}' in metrics
+
+
+def test_while_open_workers_send_one_probe_per_cooldown_and_its_success_closes_it(
+        app, client, runner, alice, make_receiver):
+    receiver = make_receiver(Answer(503))
+    subscription_id, _ = subscribe(runner, receiver.url)
+    for plant_id in (1, 2):  # the second failure opens the breaker
+        create_plant(client, alice, plant_id)
+        wait_until(lambda: Attempt.select().count() == plant_id)
+    for plant_id in range(3, 6):
+        create_plant(client, alice, plant_id)
+    due_now = Subscription.update(breaker_probe_at=Subscription.breaker_opened_at)
+    due_now.where(Subscription.id == subscription_id).execute()
+
+    assert Worker(settings_of(app)).run_once() == {"retry": 1}  # one probe, still failing
+    assert len(receiver.requests) == 3
+    assert Worker(settings_of(app)).run_once() == {}  # next probe a cooldown away
+
+    receiver.answer = Answer(200)
+    due_now.where(Subscription.id == subscription_id).execute()
+    assert Worker(settings_of(app)).run_once() == {"delivered": 5}
+    subscription = Subscription.get_by_id(subscription_id)
+    assert subscription.breaker_opened_at is None and subscription.failure_streak == 0
+    assert {d.status for d in Delivery.select()} == {Delivery.DELIVERED}
+
+
+@pytest.mark.parametrize("app_config", [{
+    "WEBHOOK_CONNECT_TIMEOUT": CONNECT, "WEBHOOK_READ_TIMEOUT": 30,
+    "WEBHOOK_SENDS_PER_PROCESS": 2, "WEBHOOK_SENDS_PER_RECEIVER": 2}])
+def test_past_the_cap_a_create_leaves_its_deliveries_to_the_workers_and_holds_no_connection(
+        app, client, runner, alice, make_receiver):
+    hanging = make_receiver(Answer(delay=60))
+    subscribe(runner, hanging.url)
+    for plant_id in range(1, 5):
+        create_plant(client, alice, plant_id)
+    hanging.wait_for(2)
+
+    # Two attempts hang; the other two deliveries are free for any worker.
+    wait_until(lambda: Delivery.select().where(Delivery.locked_until.is_null()).count() == 2)
+    assert len(hanging.requests) == 2
+    database.close()  # this test's own
+    assert not database.obj._in_use  # sender threads wait on receivers without a connection
+
+
+def test_a_slow_receiver_does_not_hold_up_another_receivers_deliveries_in_the_worker(
+        app, client, runner, alice, make_receiver):
+    # A 409 asks for a retry without counting against the breaker.
+    slow, fast = make_receiver(Answer(409)), make_receiver(Answer(409))
+    subscribe(runner, slow.url)
+    subscribe(runner, fast.url)
+    for plant_id in range(1, 3):
+        create_plant(client, alice, plant_id)
+    wait_until(lambda: Attempt.select().count() == 4)
+    slow.answer = Answer(delay=60)  # until released
+    fast.answer = Answer(200)
+    worker = Worker(settings_of(app))
+    finished = threading.Thread(target=worker.run_once)
+    finished.start()
+    try:
+        fast.wait_for(4)  # both of the fast receiver's, while the slow ones hang
+        slow.wait_for(4)
+        wait_until(lambda: worker.dispatcher.in_flight() == 2)  # the slow ones only
+    finally:
+        slow.released.set()
+        finished.join(timeout=30)
+    assert worker.tally == {"delivered": 4}
+
+
+def test_the_worker_loop_never_waits_for_a_whole_batch(app, client, runner, alice,
+                                                       make_receiver):
+    receiver = make_receiver(Answer(503))
+    subscribe(runner, receiver.url)
+    create_plant(client, alice, 1)
+    wait_until(lambda: Attempt.select().count() == 1)
+    receiver.answer = lambda got: Answer(
+        200, delay=60 if json.loads(got.body)["id"] == 1 else 0)
+    worker = Worker(settings_of(app))
+    finished = threading.Thread(target=worker.run_forever)
+    finished.start()
+    try:
+        receiver.wait_for(2)  # the retry of plant 1 hangs in the worker
+        create_plant(client, alice, 2)
+        receiver.wait_for(3)  # plant 2 is not held behind it
+    finally:
+        worker.stop()
+        receiver.released.set()
+        finished.join(timeout=30)
+    assert not finished.is_alive()
+
+
+def test_no_answer_and_5xx_count_as_failures_and_a_2xx_ends_the_streak():
+    from plantstore.webhooks import breaker
+    from plantstore.webhooks.sender import SendResult
+    now = None
+    results = [SendResult(now, 1, error="connection failed"), SendResult(now, 1, 503),
+               SendResult(now, 1, 404), SendResult(now, 1, 302)]
+    assert [breaker.is_failure(result) for result in results] == [True, True, False, False]
+    assert breaker.streak_change(results) == (False, 2)
+    assert breaker.streak_change(results[:2] + [SendResult(now, 1, 200)]) == (True, 0)
+    assert breaker.streak_change([SendResult(now, 1, 204)] + results) == (True, 2)
