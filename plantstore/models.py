@@ -70,12 +70,12 @@ class Subscription(BaseModel):
     bearer_token = TextField(null=True)
     secret = CharField(max_length=100)
     # JSON list of {"secret", "expires_at"}: rotated-out secrets that still
-    # sign until their overlap ends (see webhooks/secrets.py).
-    retired_secrets = TextField(default="[]")
+    # sign until their overlap ends (see webhooks/secrets.py); NULL: none.
+    retired_secrets = TextField(null=True)
     is_active = BooleanField(default=True)
     disabled_reason = TextField(null=True)
     disabled_at = DateTimeField(null=True)
-    enabled_at = DateTimeField(default=utcnow)  # created, or enabled again
+    enabled_at = DateTimeField(null=True)  # enabled again; NULL: since created_at
     last_success_at = DateTimeField(null=True)  # the last 2xx of any delivery
     created_at = DateTimeField(default=utcnow)
     # The circuit breaker (see webhooks/breaker.py): failures in a row, and

@@ -42,8 +42,9 @@ def age_subscription(subscription_id, hours, succeeded_hours_ago=None):
 
 
 def disabled_metric(client, reason):
+    sample = f'plantstore_webhook_subscriptions_disabled_total{{reason="{reason}"}}'
     for line in client.get("/metrics").text.splitlines():
-        if line.startswith(f'plantstore_webhook_subscriptions_disabled_total{{reason="{reason}"}}'):
+        if line.startswith(sample):
             return float(line.split()[-1])
     return 0.0
 

@@ -4,11 +4,15 @@ the history of rotated-out secrets.
 - ``subscription.owner_id``: the user who registered it through the API;
   NULL for an operator's (CLI) subscription, which hears about every plant.
 - ``subscription.retired_secrets``: a JSON list of rotated-out secrets with
-  the time each stops signing. It replaces ``previous_secret`` and
-  ``previous_secret_expires_at`` (one secret), which are carried over.
+  the time each stops signing (NULL: none). It replaces ``previous_secret``
+  and ``previous_secret_expires_at`` (one secret), which are carried over.
 - ``disabled_at``, ``enabled_at`` and ``last_success_at``: when a
-  subscription stopped, when it (re)started, when a delivery last got a 2xx;
-  together they decide "no success for hours while failing".
+  subscription stopped, when it was enabled again (NULL: never, count from
+  its creation), when a delivery last got a 2xx; together they decide "no
+  success for hours while failing".
+
+The new columns may be NULL, so rows written by tools that know only the
+older schema stay valid.
 - Indexes for a subscription's deliveries (newest first) and for the
   retention purge (by creation time).
 
@@ -50,17 +54,15 @@ def up(migrator, db):
     migrator.migrate(
         migrator.add_column("subscription", "owner_id", ForeignKeyField(
             _frozen_user(db), field=_frozen_user(db).id, null=True, on_delete="CASCADE")),
-        migrator.add_column("subscription", "retired_secrets", TextField(default="[]")),
+        migrator.add_column("subscription", "retired_secrets", TextField(null=True)),
         migrator.add_column("subscription", "disabled_at", DateTimeField(null=True)),
         migrator.add_column("subscription", "enabled_at", DateTimeField(null=True)),
         migrator.add_column("subscription", "last_success_at", DateTimeField(null=True)),
     )
-    db.execute_sql("UPDATE subscription SET enabled_at = created_at")
     for subscription_id, secrets in carried:
         db.execute_sql("UPDATE subscription SET retired_secrets = %s WHERE id = %s"
                        .replace("%s", db.param), (secrets, subscription_id))
     migrator.migrate(
-        migrator.add_not_null("subscription", "enabled_at"),
         migrator.drop_column("subscription", "previous_secret"),
         migrator.drop_column("subscription", "previous_secret_expires_at"),
         migrator.add_index("delivery", ("subscription_id", "id")),

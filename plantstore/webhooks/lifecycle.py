@@ -16,6 +16,8 @@ import logging
 import time
 import uuid
 
+from peewee import fn
+
 from .. import metrics
 from ..db import database
 from ..models import Attempt, Delivery, Subscription, utcnow
@@ -75,10 +77,11 @@ def disable_if_failing_too_long(subscription_id, settings, now):
     cutoff = now - datetime.timedelta(hours=hours)
     reason = (f"no successful delivery for {hours:g} h while deliveries kept "
               f"failing (disabled {_when(now)})")
+    healthy_since = fn.COALESCE(Subscription.enabled_at, Subscription.created_at)
     stopped = (Subscription.update(is_active=False, disabled_reason=reason, disabled_at=now)
                .where(Subscription.id == subscription_id,
                       Subscription.is_active == True,  # noqa: E712
-                      Subscription.enabled_at < cutoff,
+                      healthy_since < cutoff,
                       Subscription.last_success_at.is_null()
                       | (Subscription.last_success_at < cutoff))
                .execute())

@@ -174,7 +174,8 @@ class PinnedAddressAdapter(DeadlineAdapter):
         request.headers = CaseInsensitiveDict(request.headers)
         literal = f"[{host}]" if ":" in host else host
         default_port = 443 if host_params["scheme"] == "https" else 80
-        request.headers["Host"] = literal if port in (None, default_port) else f"{literal}:{port}"
+        shown_port = "" if port in (None, default_port) else f":{port}"
+        request.headers["Host"] = literal + shown_port
         if host_params["scheme"] == "https":
             pool_kwargs["server_hostname"] = host
             pool_kwargs["assert_hostname"] = host
