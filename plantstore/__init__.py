@@ -15,6 +15,7 @@ from .plants.routes import blp as plants_blp
 from .ratelimit import init_rate_limits
 from .request_ids import init_request_ids
 from .webhooks.config import init_app as init_webhooks
+from .webhooks.routes import blp as webhooks_blp
 
 __version__ = "1.0.0"
 
@@ -38,6 +39,7 @@ def create_app(config=None):
     api = Api(app, spec_kwargs=spec_kwargs(app))
     register_converters(app, api)
     api.register_blueprint(plants_blp)
+    api.register_blueprint(webhooks_blp)
     complete_spec(app, api)
 
     app.register_blueprint(health_blp)

@@ -18,7 +18,8 @@ from .errors import error_response
 from .models import Token, User, utcnow
 
 READ, WRITE = "plants:read", "plants:write"
-ALL_SCOPES = (READ, WRITE)
+WEBHOOKS_READ, WEBHOOKS_WRITE = "webhooks:read", "webhooks:write"
+ALL_SCOPES = (READ, WRITE, WEBHOOKS_READ, WEBHOOKS_WRITE)
 REALM = 'Bearer realm="plantstore"'
 
 

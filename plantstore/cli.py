@@ -85,10 +85,12 @@ def users_list():
 @users_cli.command("delete")
 @click.argument("name", type=USER_NAME)
 def users_delete(name):
-    """Delete user NAME with their tokens and plants."""
+    """Delete user NAME with their tokens, plants and webhook subscriptions."""
     user = _find_user(name)
     with db.database.atomic():
-        user.delete_instance(recursive=True)
+        # delete_nullable: a subscription without an owner would be an
+        # operator's, told about every plant.
+        user.delete_instance(recursive=True, delete_nullable=True)
     click.echo(f"deleted user {name}")
 
 

@@ -53,6 +53,10 @@ LEFT_TO_WORKER = Counter("plantstore_webhook_left_to_worker",
 RATE_LIMIT_STORAGE_FAILURES = Counter(
     "plantstore_rate_limit_storage_failures",
     "Requests served without a rate limit because its storage could not be reached.")
+WEBHOOK_DISABLED = Counter("plantstore_webhook_subscriptions_disabled",
+                           "Webhook subscriptions disabled by plantstore, by reason "
+                           "(gone: the receiver answered 410; failing: no success "
+                           "for PLANTSTORE_WEBHOOK_DISABLE_AFTER_HOURS).", ["reason"])
 
 # labels() takes a lock and builds a key on every call; the children are
 # looked up here instead, once per label combination and process.
@@ -73,6 +77,9 @@ def count_left_to_worker(reason):
 def count_rate_limit_storage_failure():
     """Count one request served unlimited because the limit storage failed."""
     RATE_LIMIT_STORAGE_FAILURES.inc()
+def count_disabled(reason):
+    """Count one webhook subscription disabled for ``reason`` (gone, failing)."""
+    WEBHOOK_DISABLED.labels(reason=reason).inc()
 
 
 def _observe(route, method, status, seconds):
@@ -90,17 +97,23 @@ def _observe(route, method, status, seconds):
 
 
 class OutboxBacklogCollector:
-    """The number of pending deliveries, read from the database at scrape time."""
+    """The number of pending deliveries and of disabled webhook subscriptions,
+    read from the database at scrape time."""
 
     def collect(self):
         try:
             pending = Delivery.select().where(Delivery.status == Delivery.PENDING).count()
+            disabled = Subscription.select().where(
+                Subscription.is_active == False).count()  # noqa: E712
         except Exception:  # an unreachable database must not break the scrape
             log.warning("could not count pending webhook deliveries", exc_info=True)
             return
         yield GaugeMetricFamily("plantstore_outbox_pending_deliveries",
                                 "Webhook deliveries waiting to be delivered.",
                                 value=pending)
+        yield GaugeMetricFamily("plantstore_webhook_subscriptions_inactive",
+                                "Webhook subscriptions disabled now (by a 410 or by "
+                                "sustained failure).", value=disabled)
 
 
 class BreakerCollector:

@@ -57,15 +57,26 @@ class Plant(BaseModel):
 
 
 class Subscription(BaseModel):
-    """A webhook receiver that is told about every new plant."""
+    """A webhook receiver told about new plants.
+
+    An operator's (``owner`` NULL, made with the CLI) hears about every
+    plant; a user's (made through the API) about the plants its owner
+    creates, or every plant when the owner is an admin.
+    """
     id = AutoField()
+    owner = ForeignKeyField(User, backref="subscriptions", null=True,
+                            on_delete="CASCADE")
     url = TextField()
     bearer_token = TextField(null=True)
     secret = CharField(max_length=100)
-    previous_secret = CharField(max_length=100, null=True)
-    previous_secret_expires_at = DateTimeField(null=True)
+    # JSON list of {"secret", "expires_at"}: rotated-out secrets that still
+    # sign until their overlap ends (see webhooks/secrets.py); NULL: none.
+    retired_secrets = TextField(null=True)
     is_active = BooleanField(default=True)
     disabled_reason = TextField(null=True)
+    disabled_at = DateTimeField(null=True)
+    enabled_at = DateTimeField(null=True)  # enabled again; NULL: since created_at
+    last_success_at = DateTimeField(null=True)  # the last 2xx of any delivery
     created_at = DateTimeField(default=utcnow)
     # The circuit breaker (see webhooks/breaker.py): failures in a row, and
     # while it is open, since when and when a worker may probe next.
@@ -93,7 +104,9 @@ class Delivery(BaseModel):
     delivered_at = DateTimeField(null=True)
 
     class Meta:
-        indexes = ((("status", "next_attempt_at"), False),)
+        indexes = ((("status", "next_attempt_at"), False),
+                   (("subscription", "id"), False),
+                   (("created_at",), False))
 
 
 class Attempt(BaseModel):

@@ -28,6 +28,13 @@ class PlantIdConverter(BaseConverter):
     regex = "[^/]+"
 
 
+class RowIdConverter(BaseConverter):
+    """A stored row's id (a webhook subscription's): any single path segment,
+    which the view turns into an integer from 1 to 2**31-1 or a 400,
+    after authenticating, as for plant ids."""
+    regex = "[^/]+"
+
+
 def spec_config():
     """The app config keys flask-smorest reads to build and serve the document."""
     return {
@@ -72,7 +79,9 @@ class PlantstorePlugin(apispec.BasePlugin):
     - a link from a create to the delete of what it created (OpenAPI
       ``links``): the create answer carries no id (the contract says so), so
       the link takes it from the request body, and clients and stateful
-      testers learn that the id they sent is the one to delete.
+      testers learn that the id they sent is the one to delete;
+    - links from a new webhook subscription, and from the list of them, to
+      every operation on one.
     """
 
     def __init__(self, config):
@@ -80,6 +89,9 @@ class PlantstorePlugin(apispec.BasePlugin):
         self.config = config
 
     def operation_helper(self, path=None, operations=None, **kwargs):
+        if path == "/webhooks" and operations:
+            _link_to_subscription(operations.get("post", {}), 201, "$response.body#/id")
+            _link_to_subscription(operations.get("get", {}), 200, "$response.body#/0/id")
         if path != "/plants" or not operations:
             return
         for parameter in operations.get("get", {}).get("parameters", []):
@@ -97,6 +109,28 @@ class PlantstorePlugin(apispec.BasePlugin):
             }}
 
 
+SUBSCRIPTION_OPERATIONS = {
+    "GetWebhook": "~1webhooks~1%7Bid%7D/get",
+    "DeleteWebhook": "~1webhooks~1%7Bid%7D/delete",
+    "EnableWebhook": "~1webhooks~1%7Bid%7D~1enable/post",
+    "RotateWebhookSecret": "~1webhooks~1%7Bid%7D~1rotate-secret/post",
+    "ListWebhookDeliveries": "~1webhooks~1%7Bid%7D~1deliveries/get",
+    "TestWebhook": "~1webhooks~1%7Bid%7D~1test/post",
+    "RecoverWebhookDeliveries": "~1webhooks~1%7Bid%7D~1recover/post",
+}
+
+
+def _link_to_subscription(operation, status, id_expression):
+    """Links from an answer naming subscriptions to every operation on one
+    (OpenAPI ``links``), so clients and stateful testers follow the id."""
+    responses = operation.get("responses", {})
+    answer = responses.get(status, responses.get(str(status)))
+    if answer is not None:
+        answer["links"] = {name: {"operationRef": f"#/paths/{ref}",
+                                  "parameters": {"id": id_expression}}
+                           for name, ref in SUBSCRIPTION_OPERATIONS.items()}
+
+
 def spec_kwargs(app):
     """The ``spec_kwargs`` of the app's ``Api``: the plugin above, and the
     rate limits' answers and headers."""
@@ -108,6 +142,9 @@ def register_converters(app, api):
     app.url_map.converters["plant_id"] = PlantIdConverter
     api.register_converter(PlantIdConverter,
                            lambda converter: {"type": "integer", "format": "int64"})
+    app.url_map.converters["row_id"] = RowIdConverter
+    api.register_converter(RowIdConverter, lambda converter: {
+        "type": "integer", "format": "int32", "minimum": 1, "maximum": 2 ** 31 - 1})
 
 
 def complete_spec(app, api):

@@ -7,6 +7,7 @@ that cannot be used stops the app with a ``SettingError`` naming the
 variable. ``docs/settings.md`` is generated from this table (``make docs``).
 """
 import dataclasses
+import ipaddress
 import math
 import os
 import re
@@ -137,6 +138,26 @@ def rate_limits(raw):
 
 rate_limits.allowed = "empty (no limit), or limits like `600/minute;20/second`"
 
+def networks(most):
+    """A parser of comma-separated CIDR networks (``10.0.0.0/8,fd00::/8``); empty: none."""
+    def parse(raw):
+        if isinstance(raw, (list, tuple)):
+            items = [str(item).strip() for item in raw]
+        elif isinstance(raw, str):
+            items = [part.strip() for part in raw.split(",") if part.strip()]
+        else:
+            raise ValueError(f"must be comma-separated CIDR networks, not {raw!r}")
+        if len(items) > most:
+            raise ValueError(f"must list at most {most} networks, not {len(items)}")
+        try:
+            return tuple(ipaddress.ip_network(item, strict=True) for item in items)
+        except ValueError as error:
+            raise ValueError(f"must be comma-separated CIDR networks such as "
+                             f"10.0.0.0/8 (host bits unset): {error}") from None
+    parse.allowed = f"at most {most} CIDR networks, comma-separated"
+    return parse
+
+
 HOUR, DAY = 3600, 86400
 
 SETTINGS = (
@@ -183,6 +204,18 @@ SETTINGS = (
     Setting("WEBHOOK_BREAKER_COOLDOWN", 30.0, number(0, DAY, above_minimum=True),
             "Seconds between the single probe attempts a worker makes at a receiver "
             "whose breaker is open."),
+    Setting("WEBHOOK_ALLOWED_NETWORKS", "", networks(100),
+            "Networks that webhook URLs registered through the API may reach although "
+            "they are not public (e.g. `10.0.0.0/8`); operators' CLI subscriptions "
+            "may reach anything."),
+    Setting("WEBHOOK_MAX_PER_USER", 10, integer(1, 1000),
+            "Most webhook subscriptions one user may hold through the API."),
+    Setting("WEBHOOK_DISABLE_AFTER_HOURS", 120.0, number(0, 365 * 24, above_minimum=True),
+            "Hours without a successful delivery, while deliveries keep failing, after "
+            "which a webhook subscription is disabled."),
+    Setting("WEBHOOK_RETENTION_DAYS", 30, integer(1, 3650),
+            "Days delivered and failed webhook deliveries (with their attempts) are "
+            "kept; the worker deletes older ones. Pending ones are never deleted."),
     Setting("WORKER_POLL_INTERVAL", 1.0, number(0, HOUR, above_minimum=True),
             "Seconds a webhook worker sleeps between polls when nothing is due."),
     Setting("WORKER_BATCH_SIZE", 50, integer(1, 1000),
@@ -237,6 +270,7 @@ def reference():
              "| variable | default | allowed | what it is for |",
              "|---|---|---|---|"]
     for setting in SETTINGS:
-        lines.append(f"| `{setting.env_name}` | `{setting.default}` | "
+        default = f"`{setting.default}`" if setting.default != "" else "(empty)"
+        lines.append(f"| `{setting.env_name}` | {default} | "
                      f"{setting.parse.allowed} | {setting.help} |")
     return "\n".join(lines) + "\n"

@@ -27,7 +27,7 @@ from plantstore.logs import REQUEST_ID_ENVIRON_KEY, JSONFormatter
 from plantstore.models import Plant, Subscription, User, utcnow
 from plantstore.plants import queries
 from plantstore.plants.schemas import NewPlantSchema, PlantQueryArgsSchema, PlantSchema
-from plantstore.webhooks.outbox import _ACTIVE_SUBSCRIPTIONS
+from plantstore.webhooks import audience
 
 
 def peewee_page(caller, after, limit):
@@ -191,19 +191,21 @@ def test_a_create_answers_byte_for_byte_as_without_the_fast_path(
     assert fast.headers == slow.headers
 
 
-def test_compiled_subscription_lookup_gives_the_models_peewee_would(app):
+def test_compiled_subscription_lookup_gives_the_models_peewee_would(app, alice):
     with app.app_context():
-        assert _ACTIVE_SUBSCRIPTIONS.models(Subscription, True) == []
+        owner = User.get(User.name == "alice").id
+        assert audience.hearing_about(owner) == []
         with db.database.atomic():
             Subscription.create(url="http://127.0.0.1:1/a", secret="whsec_a",
-                                previous_secret="whsec_old",
-                                previous_secret_expires_at=utcnow())
+                                retired_secrets='[{"secret": "whsec_old", '
+                                                '"expires_at": "2000-01-01T00:00:00"}]')
             Subscription.create(url="http://127.0.0.1:1/b", secret="whsec_b",
                                 is_active=False, disabled_reason="410")
             Subscription.create(url="http://127.0.0.1:1/c", secret="whsec_c",
-                                bearer_token="t")
-        compiled = _ACTIVE_SUBSCRIPTIONS.models(Subscription, True)
-        expected = list(Subscription.select().where(Subscription.is_active == True))  # noqa: E712
+                                bearer_token="t", owner=owner)
+        compiled = audience.hearing_about(owner)
+        expected = list(Subscription.select().where(Subscription.is_active == True)  # noqa: E712
+                        .order_by(Subscription.id))
     assert [s.__data__ for s in compiled] == [s.__data__ for s in expected]
     assert len(compiled) == 2
 

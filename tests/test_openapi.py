@@ -85,8 +85,9 @@ def test_document_names_the_api_and_its_versions(document):
     assert document["info"]["version"] == "1.0.0"
 
 
-def test_document_describes_exactly_the_three_operations(document):
-    assert operations(document) == set(STATUSES)
+def test_document_describes_exactly_the_three_plant_operations(document):
+    # The webhook routes are pinned in test_webhooks_api.py.
+    assert {op for op in operations(document) if op[0].startswith("/plants")} == set(STATUSES)
 
 
 @pytest.mark.parametrize("path, method", sorted(STATUSES))
@@ -103,7 +104,8 @@ def test_bearer_auth_is_declared_and_applies_to_every_operation(document):
     assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
     for path, method in operations(document):
         security = document["paths"][path][method].get("security", document["security"])
-        assert {"bearerAuth": []} in security, (path, method)
+        assert [list(requirement) for requirement in security] == [["bearerAuth"]], (
+            path, method)
 
 
 def test_plant_new_plant_and_error_schemas_have_the_contract_fields(document):
@@ -147,7 +149,9 @@ class TestConfiguredBoundsInTheDocument:
                     reason=f"the upstream reference document is absent ({REFERENCE})")
 def test_document_stays_compatible_with_the_upstream_reference(document):
     reference = json.loads(REFERENCE.read_text())
-    assert operations(document) == operations(reference)
+    # Every upstream operation, and beside them only plantstore's own /webhooks.
+    assert {op for op in operations(document) if not op[0].startswith("/webhooks")} == (
+        operations(reference))
     for path, method in operations(reference):
         ours = parameters(document, path, method)
         theirs = parameters(reference, path, method)

@@ -345,8 +345,13 @@ def test_api4_a_gunicorn_worker_survives_every_abuse_and_answers_in_json(
 
 # --- API7: server-side request forgery ---------------------------------------
 
-def test_api7_no_http_route_registers_or_changes_a_webhook(app, client, alice, admin):
-    for path in ("/webhooks", "/subscriptions", "/plant/webhook", "/plants/webhook"):
+def test_api7_only_post_webhooks_registers_one_and_never_for_an_internal_address(
+        app, client, alice, admin):
+    # The address policy itself is pinned in test_webhooks_ssrf.py.
+    refused = client.post("/webhooks", json={"url": "http://169.254.169.254/"},
+                          headers=bearer(admin))
+    assert "url" in assert_error(refused, 400)["details"]
+    for path in ("/subscriptions", "/plant/webhook", "/plants/webhook"):
         assert client.post(path, json={"url": "http://169.254.169.254/"},
                            headers=bearer(admin)).status_code in (404, 405)
     body = {**NEW_PLANT, "webhook": "http://127.0.0.1:1/", "url": "http://127.0.0.1:1/",
@@ -355,7 +360,11 @@ def test_api7_no_http_route_registers_or_changes_a_webhook(app, client, alice, a
     with app.app_context():
         assert Subscription.select().count() == 0 and Delivery.select().count() == 0
     rules = {rule.rule for rule in app.url_map.iter_rules()}
-    assert not any("webhook" in rule or "subscription" in rule for rule in rules), rules
+    assert not any("subscription" in rule for rule in rules), rules
+    assert {rule for rule in rules if "webhook" in rule} <= {
+        "/webhooks", "/webhooks/<row_id:id>", "/webhooks/<row_id:id>/enable",
+        "/webhooks/<row_id:id>/rotate-secret", "/webhooks/<row_id:id>/deliveries",
+        "/webhooks/<row_id:id>/test", "/webhooks/<row_id:id>/recover"}
 
 
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])

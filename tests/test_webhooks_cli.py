@@ -6,7 +6,8 @@ import json
 import pytest
 
 from helpers import create_plant, plantstore_env, run_plantstore
-from plantstore.models import Attempt, Delivery, Subscription
+from plantstore.models import Attempt, Delivery, Subscription, utcnow
+from plantstore.webhooks import secrets
 from plugins.webhooks import RETRY_AT_ONCE, Answer, subscribe, verify, wait_for_attempts
 
 pytestmark = pytest.mark.app_config(RETRY_AT_ONCE)
@@ -89,11 +90,11 @@ def test_webhooks_list_shows_each_receiver_and_its_state_but_no_secret(runner):
 
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    assert lines[0].split("\t")[:4] == [str(first), "http://127.0.0.1:9/a",
+    assert lines[0].split("\t")[:5] == [str(first), "http://127.0.0.1:9/a", "operator",
                                         "disabled (gone)", "bearer token"]
-    assert lines[1].split("\t")[:4] == [str(second), "https://example.com/b", "active",
-                                        "no bearer token"]
-    assert "previous secret signs until" in lines[1]
+    assert lines[1].split("\t")[:5] == [str(second), "https://example.com/b", "operator",
+                                        "active", "no bearer token"]
+    assert "1 previous secret(s) sign until" in lines[1]
     assert "whsec_" not in result.stdout and "very-private" not in result.stdout
 
 
@@ -119,8 +120,9 @@ def test_webhooks_rotate_secret_prints_the_new_secret_and_keeps_the_old_one_for_
     assert new.startswith("whsec_") and new != old
     assert "24 h" in result.stderr
     subscription = Subscription.get_by_id(subscription_id)
-    assert (subscription.secret, subscription.previous_secret) == (new, old)
-    overlap = subscription.previous_secret_expires_at - subscription.created_at
+    [(previous, expires)] = secrets.retired(subscription, utcnow())
+    assert (subscription.secret, previous) == (new, old)
+    overlap = expires - subscription.created_at
     assert 23.9 * 3600 < overlap.total_seconds() < 24.1 * 3600
 
 

@@ -145,7 +145,7 @@ def test_after_a_rotation_both_secrets_sign_until_the_overlap_ends(
     assert len(got.headers["webhook-signature"].split(" ")) == 2
     assert verify(old_secret, got) == verify(new_secret, got) == {"id": 1, "name": "fern"}
 
-    Subscription.update(previous_secret_expires_at=datetime.datetime(2000, 1, 1)).execute()
+    Subscription.update(retired_secrets="[]").execute()  # the overlap ended
     create_plant(client, alice, 2)
     got = receiver.wait_for(2)[1]
     assert len(got.headers["webhook-signature"].split(" ")) == 1

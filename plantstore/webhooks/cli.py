@@ -18,7 +18,7 @@ from flask.cli import AppGroup, with_appcontext
 from ..cli_params import LIST_LIMIT, ROW_ID
 from ..db import database
 from ..models import Attempt, Delivery, Subscription, utcnow
-from . import dispatch, signing
+from . import dispatch, lifecycle, secrets, signing
 from .breaker import is_open
 from .config import settings_of
 from .worker import ClaimRefused, Worker, claim_for_retry
@@ -58,6 +58,18 @@ def validate_url(ctx, param, url):
             "credentials in the URL would be sent instead of the bearer token "
             "and shown by `webhooks list`; pass a token with --bearer")
     return url
+
+
+def parse_since(ctx, param, text):
+    """An RFC 3339 time with an offset, as naive UTC; a usage error otherwise."""
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise click.BadParameter(
+            f"{text!r} is not an RFC 3339 time with an offset, e.g. 2026-01-31T12:00:00Z")
+    return moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
 
 
 def validate_bearer(ctx, param, token):
@@ -114,19 +126,20 @@ def webhooks_add(url, bearer):
 
 @webhooks_cli.command("list")
 def webhooks_list():
-    """List receivers: id, url, state, bearer, secret rotation (never
+    """List receivers: id, url, owner, state, bearer, secret rotation (never
     secrets), circuit breaker."""
     now = utcnow()
     for subscription in Subscription.select().order_by(Subscription.id):
         state = ("active" if subscription.is_active
                  else f"disabled ({subscription.disabled_reason or 'by an operator'})")
-        expires = subscription.previous_secret_expires_at
-        rotation = (f"previous secret signs until {_when(expires)}"
-                    if subscription.previous_secret and expires and expires > now
-                    else "one secret")
+        retired = secrets.retired(subscription, now)
+        rotation = (f"{len(retired)} previous secret(s) sign until "
+                    f"{_when(max(until for _, until in retired))}"
+                    if retired else "one secret")
+        owner = subscription.owner.name if subscription.owner_id else "operator"
         bearer = "bearer token" if subscription.bearer_token else "no bearer token"
-        click.echo(f"{subscription.id}\t{subscription.url}\t{state}\t{bearer}\t"
-                   f"{rotation}\t{_breaker_state(subscription)}")
+        click.echo(f"{subscription.id}\t{subscription.url}\t{owner}\t{state}\t"
+                   f"{bearer}\t{rotation}\t{_breaker_state(subscription)}")
 
 
 def _breaker_state(subscription):
@@ -156,35 +169,54 @@ def webhooks_remove(subscription_id):
 def webhooks_rotate_secret(subscription_id):
     """Give SUBSCRIPTION_ID a new signing secret and print it.
 
-    The old secret keeps signing too (a second signature) for
-    PLANTSTORE_WEBHOOK_SECRET_OVERLAP_HOURS, so the receiver can switch over.
+    Every secret rotated out keeps signing too (one more signature) until
+    its own PLANTSTORE_WEBHOOK_SECRET_OVERLAP_HOURS end, so the receiver can
+    switch over; at most 4 rotated-out secrets sign at once, and a rotation
+    beyond that drops the one that would stop first.
     """
-    subscription = _subscription(subscription_id)
+    _subscription(subscription_id)
     hours = settings_of(current_app).secret_overlap_hours
-    secret = signing.new_secret()
-    expires = utcnow() + datetime.timedelta(hours=hours)
-    with database.atomic():
-        (Subscription.update(secret=secret, previous_secret=subscription.secret,
-                             previous_secret_expires_at=expires)
-         .where(Subscription.id == subscription_id).execute())
-    click.echo(secret)
-    click.echo(f"the previous secret also signs until {_when(expires)} UTC "
-               f"({hours:g} h)", err=True)
+    rotation = secrets.rotate(subscription_id, hours)
+    if rotation is None:
+        raise click.ClickException(f"no webhook subscription with id {subscription_id}")
+    click.echo(rotation.secret)
+    click.echo(f"the previous secret also signs until {_when(rotation.previous_expires_at)} "
+               f"UTC ({hours:g} h)", err=True)
+    if rotation.dropped:
+        click.echo(f"{rotation.dropped} older secret(s) stopped signing early: at most "
+                   f"{secrets.MAX_RETIRED_SECRETS} rotated-out secrets sign at once",
+                   err=True)
 
 
 @webhooks_cli.command("enable")
 @click.argument("subscription_id", type=ROW_ID)
 def webhooks_enable(subscription_id):
-    """Send to SUBSCRIPTION_ID again after it was disabled (e.g. by a 410).
+    """Send to SUBSCRIPTION_ID again after it was disabled (by a 410 or by
+    sustained failure).
 
     Deliveries failed meanwhile stay failed; re-send them with
-    `plantstore deliveries retry ID`.
+    `plantstore deliveries recover --subscription ID --since TIME`.
     """
     _subscription(subscription_id)
-    with database.atomic():
-        (Subscription.update(is_active=True, disabled_reason=None)
-         .where(Subscription.id == subscription_id).execute())
+    lifecycle.enable(subscription_id)
     click.echo(f"enabled webhook subscription {subscription_id}")
+
+
+@webhooks_cli.command("test")
+@click.argument("subscription_id", type=ROW_ID)
+def webhooks_test(subscription_id):
+    """Send SUBSCRIPTION_ID a signed example New Plant event now.
+
+    It is recorded as a delivery (event plant.test); if this attempt fails,
+    it is retried like any other.
+    """
+    subscription = _subscription(subscription_id)
+    if not subscription.is_active:
+        raise click.ClickException(
+            f"subscription {subscription_id} is disabled "
+            f"({subscription.disabled_reason or 'no reason recorded'}); enable it first")
+    delivery = lifecycle.queue_test_event(subscription_id)
+    _send_now(delivery.id, failed="failed")
 
 
 @click.group("deliveries", cls=AppGroup)
@@ -252,13 +284,8 @@ def deliveries_show(delivery_id):
     click.echo("\n".join(lines))
 
 
-@deliveries_cli.command("retry")
-@click.argument("delivery_id", type=ROW_ID)
-def deliveries_retry(delivery_id):
-    """Re-send DELIVERY_ID now, with the same webhook-id.
-
-    If this attempt fails, the delivery goes through the retry schedule again.
-    """
+def _send_now(delivery_id, failed="failed again"):
+    """Attempt a delivery now and say how it went (exit 1 if it failed)."""
     settings = settings_of(current_app)
     try:
         job = claim_for_retry(delivery_id, settings)
@@ -274,7 +301,46 @@ def deliveries_retry(delivery_id):
     else:
         state = delivery.status
     raise click.ClickException(
-        f"delivery {delivery_id} failed again ({delivery.last_error}); {state}")
+        f"delivery {delivery_id} {failed} ({delivery.last_error}); {state}")
+
+
+@deliveries_cli.command("retry")
+@click.argument("delivery_id", type=ROW_ID)
+def deliveries_retry(delivery_id):
+    """Re-send DELIVERY_ID now, with the same webhook-id.
+
+    If this attempt fails, the delivery goes through the retry schedule again.
+    """
+    _send_now(delivery_id)
+
+
+@deliveries_cli.command("recover")
+@click.option("--subscription", "subscription_id", type=ROW_ID, required=True,
+              help="The subscription whose failed deliveries to send again.")
+@click.option("--since", required=True, callback=parse_since, metavar="TIME",
+              help="RFC 3339 time (e.g. 2026-01-31T12:00:00Z); failed deliveries "
+                   "created since then are sent again.")
+def deliveries_recover(subscription_id, since):
+    """Queue again every failed delivery of a subscription created since TIME,
+    each with its webhook-id; the workers send them."""
+    subscription = _subscription(subscription_id)
+    if not subscription.is_active:
+        raise click.ClickException(
+            f"subscription {subscription_id} is disabled; enable it first with "
+            f"`plantstore webhooks enable {subscription_id}`")
+    queued = lifecycle.recover(subscription_id, since)
+    click.echo(f"queued {queued} failed deliveries of subscription {subscription_id} again")
+
+
+@deliveries_cli.command("purge")
+@click.option("--older-than", "days", type=click.IntRange(1, 3650), metavar="DAYS",
+              help="Age in days (default: PLANTSTORE_WEBHOOK_RETENTION_DAYS).")
+def deliveries_purge(days):
+    """Delete delivered and failed deliveries older than DAYS, with their
+    attempts, in small batches; pending ones are never deleted."""
+    days = days or settings_of(current_app).retention_days
+    deleted = lifecycle.purge(days)
+    click.echo(f"deleted {deleted} deliveries older than {days} days")
 
 
 @click.command("worker")

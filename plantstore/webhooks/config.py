@@ -29,6 +29,9 @@ class WebhookSettings:
     breaker_threshold: int
     breaker_cooldown: float
     user_agent: str
+    allowed_networks: tuple = ()  # what API subscriptions may reach beyond public addresses
+    disable_after_hours: float = 120.0
+    retention_days: int = 30
 
     @property
     def send_bound(self):
@@ -61,6 +64,9 @@ def from_config(config, version):
         breaker_threshold=config["WEBHOOK_BREAKER_THRESHOLD"],
         breaker_cooldown=config["WEBHOOK_BREAKER_COOLDOWN"],
         user_agent=f"plantstore/{version}",
+        allowed_networks=config["WEBHOOK_ALLOWED_NETWORKS"],
+        disable_after_hours=config["WEBHOOK_DISABLE_AFTER_HOURS"],
+        retention_days=config["WEBHOOK_RETENTION_DAYS"],
     )
 
 

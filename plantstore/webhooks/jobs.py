@@ -9,6 +9,7 @@ import dataclasses
 import datetime
 
 from ..models import Delivery, Subscription
+from .secrets import signing_secrets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,16 +24,7 @@ class Job:
     bearer_token: str | None
     signing_secrets: tuple
     leased_until: datetime.datetime
-
-
-def signing_secrets(subscription, now):
-    """The secrets that sign now: the current one, plus the previous one
-    while its rotation overlap lasts."""
-    current = (subscription.secret,)
-    expires = subscription.previous_secret_expires_at
-    if subscription.previous_secret and expires and expires > now:
-        return current + (subscription.previous_secret,)
-    return current
+    restricted: bool = False  # an API subscription: sent only to permitted addresses
 
 
 def job_for(delivery, subscription, leased_until, now):
@@ -43,7 +35,7 @@ def job_for(delivery, subscription, leased_until, now):
         subscription_id=subscription.id, url=subscription.url,
         bearer_token=subscription.bearer_token,
         signing_secrets=signing_secrets(subscription, now),
-        leased_until=leased_until)
+        leased_until=leased_until, restricted=subscription.owner_id is not None)
 
 
 def jobs_for_ids(delivery_ids, leased_until, now):

@@ -1,5 +1,6 @@
-"""The transactional outbox: one delivery row per active subscription,
-written in the same database transaction as the plant it announces."""
+"""The transactional outbox: one delivery row per active subscription that
+hears about the plant (see ``audience``), written in the same database
+transaction as the plant it announces."""
 import datetime
 import uuid
 
@@ -7,7 +8,8 @@ from flask import json
 
 from .. import metrics
 from ..db import Statement
-from ..models import Delivery, Subscription, utcnow
+from ..models import Delivery, utcnow
+from . import audience
 from .breaker import is_open
 from .jobs import job_for
 
@@ -22,9 +24,7 @@ def new_plant_payload(plant):
     return json.dumps(body)
 
 
-# Every create runs these: compiled once (see db.Statement).
-_ACTIVE_SUBSCRIPTIONS = Statement(
-    lambda active: Subscription.select().where(Subscription.is_active == active), True)
+# Every create runs this: compiled once (see db.Statement).
 _INSERT_DELIVERY = Statement(
     lambda subscription, message_id, event_type, payload, status, attempts,
     next_attempt_at, locked_until, created_at: Delivery.insert(
@@ -37,7 +37,7 @@ _INSERT_DELIVERY = Statement(
 
 
 def record_new_plant(plant, settings):
-    """Queue a "New Plant" delivery for every active subscription.
+    """Queue a "New Plant" delivery for every active subscription that hears about it.
 
     Must run inside the transaction that creates ``plant``, so the plant and
     its announcements commit, or roll back, together. Rows of receivers
@@ -47,7 +47,7 @@ def record_new_plant(plant, settings):
     but never loses them. Rows of receivers whose breaker is open are left
     to the workers at once. Returns the jobs to attempt.
     """
-    subscriptions = _ACTIVE_SUBSCRIPTIONS.models(Subscription, True)
+    subscriptions = audience.hearing_about(plant.owner_id)
     if not subscriptions:
         return []
     now = utcnow()

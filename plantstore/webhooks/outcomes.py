@@ -15,8 +15,8 @@ import random
 
 from .. import metrics
 from ..db import database, is_sqlite
-from ..models import Attempt, Delivery, Subscription, utcnow
-from . import breaker
+from ..models import Attempt, Delivery, utcnow
+from . import breaker, lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,7 @@ def _write(attempts, settings, now):
         Attempt.insert_many(logged).as_rowcount().execute()
     for subscription_id, results in by_receiver.items():
         breaker.record(subscription_id, results, settings, now)
+        lifecycle.record(subscription_id, results, settings, now)
     for (job, _, _), kind in zip(attempts, kinds):
         if kind == GONE:
             disable_subscription(job.subscription_id, "the receiver answered 410 Gone "
@@ -171,10 +172,4 @@ def release(jobs):
 
 def disable_subscription(subscription_id, reason):
     """Stop sending to a subscription and give up its waiting deliveries."""
-    Subscription.update(is_active=False, disabled_reason=reason).where(
-        Subscription.id == subscription_id).execute()
-    (Delivery.update(status=Delivery.FAILED,
-                     last_error=f"subscription disabled: {reason}")
-     .where(Delivery.subscription == subscription_id,
-            Delivery.status == Delivery.PENDING)
-     .execute())
+    lifecycle.disable(subscription_id, lifecycle.GONE, reason)

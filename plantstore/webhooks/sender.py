@@ -21,6 +21,7 @@ import time
 import requests
 
 from ..models import utcnow
+from . import ssrf
 from .deadline import DeadlineAdapter, attempt_deadline
 from .signing import signature_headers
 
@@ -135,7 +136,10 @@ def send(job, settings):
 
     with attempt_deadline(settings.send_bound) as attempt:
         try:
-            response = adapter().send(
+            http = (ssrf.adapter(settings.allowed_networks, pool_connections=256,
+                                 pool_maxsize=RECEIVER_POOL_CONNECTIONS)
+                    if job.restricted else adapter())
+            response = http.send(
                 _prepared(job.url, headers, job.payload.encode("utf-8")),
                 timeout=(settings.connect_timeout, settings.read_timeout), stream=True)
             try:

@@ -23,8 +23,9 @@ import threading
 import time
 
 from ..db import database, is_sqlite
-from ..idempotency import PURGE_BATCH_SIZE, purge_expired_keys
+from ..idempotency import purge_expired_keys
 from ..models import Delivery, Subscription, utcnow
+from . import lifecycle
 from .dispatch import Dispatcher
 from .jobs import jobs_for_ids
 from .outcomes import commit_without_flush
@@ -183,16 +184,18 @@ class Worker:
         return started
 
     def _housekeep(self, force=False):
-        """Purge what outlived its keep (expired idempotency keys), at most once
-        per HOUSEKEEPING_SECONDS, in small batches and at most
-        HOUSEKEEPING_BATCHES of them, so deliveries never wait long for it."""
+        """Purge what outlived its keep (deliveries past retention, expired
+        idempotency keys), at most once per HOUSEKEEPING_SECONDS, in small
+        batches and at most HOUSEKEEPING_BATCHES of each, so deliveries never
+        wait long for it. The purges never raise."""
         now = time.monotonic()
         if not force and now < self._next_housekeeping:
             return
         self._next_housekeeping = now + HOUSEKEEPING_SECONDS
-        for _ in range(HOUSEKEEPING_BATCHES):
-            if purge_expired_keys() < PURGE_BATCH_SIZE:
-                break
+        for purge in (lambda: lifecycle.purge_expired(self.settings), purge_expired_keys):
+            for _ in range(HOUSEKEEPING_BATCHES):
+                if not purge():
+                    break
 
     def _finish(self):
         """Wait for attempts under way (they end by their deadline) and their outcomes."""

@@ -1,0 +1,172 @@
+"""The documented shapes of the webhook routes: subscriptions, deliveries
+with their attempts, and what clients send to make or recover them.
+
+Secrets appear in two answers only (a new subscription, a rotation) and
+bearer tokens in none.
+"""
+import datetime
+
+import marshmallow as ma
+from marshmallow import validate
+
+from ..models import Delivery
+from ..plants.schemas import Text
+from .ssrf import MAX_URL_LENGTH
+
+# RFC 6750 b64token: what an Authorization: Bearer header may carry.
+BEARER_PATTERN = r"^[A-Za-z0-9\-._~+/]+=*$"
+BEARER_MAX_LENGTH = 1000
+LIMIT_MAX = 100
+ROW_ID_MAX = 2 ** 31 - 1
+
+
+class UtcDateTime(ma.fields.DateTime):
+    """A stored (naive UTC) time, shown in RFC 3339 with its Z."""
+
+    def _serialize(self, value, attr, obj, **kwargs):
+        if value is None:
+            return None
+        return value.replace(tzinfo=datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+class NewSubscriptionSchema(ma.Schema):
+    """A receiver to register: where to POST, and the token it expects."""
+
+    class Meta:
+        ordered = True
+        unknown = ma.EXCLUDE
+
+    url = Text(required=True, validate=validate.Length(1, MAX_URL_LENGTH), metadata={
+        "description": "An http:// or https:// URL that resolves only to public "
+                       "addresses (unless the operator allows more); no credentials.",
+        "example": "https://hooks.example.com/plantstore"})
+    bearer = Text(validate=[validate.Length(1, BEARER_MAX_LENGTH),
+                            validate.Regexp(BEARER_PATTERN)],
+                  metadata={"description": "Sent to the receiver as "
+                                           "`Authorization: Bearer <bearer>`.",
+                            "pattern": BEARER_PATTERN})
+
+
+class SubscriptionSchema(ma.Schema):
+    """A subscription as its owner sees it (never its secret or bearer token)."""
+
+    class Meta:
+        ordered = True
+
+    id = ma.fields.Integer(required=True)
+    url = ma.fields.String(required=True)
+    active = ma.fields.Boolean(required=True, attribute="is_active")
+    owner = ma.fields.Function(
+        lambda subscription: subscription.owner.name if subscription.owner_id else None,
+        allow_none=True, metadata={"type": "string", "description":
+                                   "The user who registered it; null for an "
+                                   "operator's subscription (hears every plant)."})
+    disabled_at = UtcDateTime(allow_none=True)
+    disabled_reason = ma.fields.String(allow_none=True, metadata={
+        "description": "Why plantstore stopped sending (a 410, or sustained failure)."})
+    created_at = UtcDateTime(required=True)
+
+
+class CreatedSubscriptionSchema(ma.Schema):
+    """A new subscription, with its signing secret (shown only this once)."""
+
+    class Meta:
+        ordered = True
+
+    id = ma.fields.Integer(required=True)
+    url = ma.fields.String(required=True)
+    active = ma.fields.Boolean(required=True, attribute="is_active")
+    secret = ma.fields.String(required=True, metadata={
+        "description": "The whsec_ signing secret; it is never shown again."})
+
+
+class RotatedSecretSchema(ma.Schema):
+    """A subscription's new signing secret."""
+
+    class Meta:
+        ordered = True
+
+    secret = ma.fields.String(required=True, metadata={
+        "description": "The new whsec_ secret; it is never shown again."})
+    previous_secret_expires_at = UtcDateTime(required=True, metadata={
+        "description": "Until then the replaced secret signs too (every secret "
+                       "rotated out signs until its own overlap ends; at most "
+                       "four at once)."})
+
+
+class AttemptSchema(ma.Schema):
+    """One try at sending a delivery."""
+
+    class Meta:
+        ordered = True
+
+    at = UtcDateTime(required=True, attribute="started_at")
+    status_code = ma.fields.Integer(allow_none=True, required=True, metadata={
+        "description": "The receiver's HTTP status; null when it gave none."})
+    error = ma.fields.String(allow_none=True, required=True, metadata={
+        "description": "What went wrong (connection, timeout, the start of a "
+                       "non-2xx answer); null on success."})
+    duration_ms = ma.fields.Integer(required=True)
+
+
+class DeliverySchema(ma.Schema):
+    """One event for one subscription, with every attempt at it."""
+
+    class Meta:
+        ordered = True
+
+    id = ma.fields.Integer(required=True)
+    webhook_id = ma.fields.String(required=True, attribute="message_id", metadata={
+        "description": "The webhook-id header, the same on every attempt."})
+    event = ma.fields.String(required=True, attribute="event_type", metadata={
+        "description": "plant.created, or plant.test for a test event."})
+    status = ma.fields.String(required=True, validate=validate.OneOf(
+        [Delivery.PENDING, Delivery.DELIVERED, Delivery.FAILED]))
+    created_at = UtcDateTime(required=True)
+    next_attempt_at = UtcDateTime(allow_none=True, attribute="next_attempt", metadata={
+        "description": "When a pending delivery is tried next; null otherwise."})
+    delivered_at = UtcDateTime(allow_none=True)
+    last_error = ma.fields.String(allow_none=True)
+    attempts = ma.fields.List(ma.fields.Nested(AttemptSchema), required=True,
+                              attribute="attempt_rows")
+
+
+class DeliveryQueryArgsSchema(ma.Schema):
+    """GET /webhooks/{id}/deliveries query: a state, a page size, a cursor."""
+    status = ma.fields.String(validate=validate.OneOf(
+        [Delivery.PENDING, Delivery.DELIVERED, Delivery.FAILED]))
+    limit = ma.fields.Integer(load_default=20, validate=validate.Range(1, LIMIT_MAX),
+                              metadata={"description": "Deliveries per page"})
+    after = ma.fields.Integer(validate=validate.Range(1, ROW_ID_MAX), metadata={
+        "description": "Cursor: only deliveries older than this one (taken from "
+                       "the Link header of the previous page)"})
+
+    @ma.pre_load
+    def refuse_repeated_parameters(self, data, **kwargs):
+        """A repeated parameter is ambiguous: 400 rather than pick one."""
+        repeated = {name: ["Must be given at most once."]
+                    for name in self.fields if len(data.getlist(name)) > 1}
+        if repeated:
+            raise ma.ValidationError(repeated)
+        return data
+
+
+class RecoverSchema(ma.Schema):
+    """Which failed deliveries to send again: those created since a time."""
+
+    class Meta:
+        unknown = ma.EXCLUDE
+
+    since = ma.fields.AwareDateTime(required=True, metadata={
+        "description": "An RFC 3339 time with its offset, e.g. 2026-01-31T12:00:00Z."})
+
+    @ma.post_load
+    def in_utc(self, data, **kwargs):
+        """The time as stored ones are: naive UTC."""
+        data["since"] = data["since"].astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        return data
+
+
+class RecoveredSchema(ma.Schema):
+    """How many failed deliveries were queued again."""
+    queued = ma.fields.Integer(required=True)
