@@ -58,6 +58,29 @@ def test_requests_without_a_valid_token_are_limited_by_address(client, alice):
     assert client.get("/plants", headers=bearer(alice)).status_code == 200
 
 
+@pytest.mark.parametrize("app_config", [{"RATE_LIMIT": "3/minute;2/hour"}])
+def test_several_limits_are_all_counted_and_the_spent_one_is_shown(client, alice):
+    # The shortest window is shown while none is spent ...
+    for remaining in (2, 1):
+        response = client.get("/plants", headers=bearer(alice))
+        assert response.status_code == 200
+        assert response.headers["X-RateLimit-Limit"] == "3"
+        assert response.headers["X-RateLimit-Remaining"] == str(remaining)
+        assert int(response.headers["X-RateLimit-Reset"]) <= time.time() + 61
+    # ... then the one that refuses the request: here the hour's.
+    refused = client.get("/plants", headers=bearer(alice))
+    assert_error(refused, 429)
+    assert refused.headers["X-RateLimit-Limit"] == "2"
+    assert refused.headers["X-RateLimit-Remaining"] == "0"
+    assert int(refused.headers["X-RateLimit-Reset"]) > time.time() + 3000
+    assert int(refused.headers["Retry-After"]) > 3000
+    # Once the shorter window is spent too, it is the one that refuses.
+    refused = client.get("/plants", headers=bearer(alice))
+    assert_error(refused, 429)
+    assert refused.headers["X-RateLimit-Limit"] == "3"
+    assert 0 < int(refused.headers["Retry-After"]) <= 60
+
+
 def test_probes_metrics_and_docs_are_never_limited(client):
     for _ in range(5):
         for path in UNLIMITED_PATHS:
@@ -168,6 +191,22 @@ def test_a_limit_is_exact_across_gunicorn_workers(gunicorn_server, shared_redis,
     assert _get(server, bob).headers["X-RateLimit-Remaining"] == "24"
     for path in UNLIMITED_PATHS:
         assert _get(server, alice, path).status_code == 200, path
+
+
+@pytest.mark.slow
+def test_every_worker_tells_the_same_window(gunicorn_server, shared_redis, alice):
+    server = gunicorn_server(workers=3, env={
+        "PLANTSTORE_RATE_LIMIT": "30/minute", "PLANTSTORE_RATE_LIMIT_STORAGE_URI": SHARED_REDIS})
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda _: _get(server, alice), range(24)))
+    assert [answer.status_code for answer in answers] == [200] * 24
+    # Each request was counted once: every remaining count is told exactly once.
+    assert sorted(int(answer.headers["X-RateLimit-Remaining"]) for answer in answers) == \
+        list(range(6, 30))
+    # One window, whichever worker answered (Redis tells its end in whole seconds).
+    resets = {int(answer.headers["X-RateLimit-Reset"]) for answer in answers}
+    assert max(resets) - min(resets) <= 1
+    assert time.time() < min(resets) <= time.time() + 61
 
 
 @pytest.mark.slow
