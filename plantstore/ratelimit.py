@@ -145,8 +145,9 @@ class RateLimiter:
 
     @staticmethod
     def add_headers(response):
-        """Flask-Limiter's headers on an answer the limit was counted for; a
-        later ``Retry-After`` of the answer's own (a 503's) is kept."""
+        """Flask-Limiter's headers on an answer the limit was counted for, and
+        on a 429 the seconds until its window ends as ``Retry-After`` (any
+        other answer keeps its own: a 503's or an in-flight 409's)."""
         counted = g.pop("rate_limit", None)
         if counted is not None:
             amount, count, end = counted
@@ -155,11 +156,8 @@ class RateLimiter:
             headers.add("X-RateLimit-Limit", str(amount))
             headers.add("X-RateLimit-Remaining", str(max(amount - count, 0)))
             headers.add("X-RateLimit-Reset", str(reset))
-            now = time.time()
-            own = headers.get("Retry-After")
-            if own is not None and own.isdigit():
-                reset = max(reset, int(now + int(own)))
-            headers["Retry-After"] = str(int(reset - now))
+            if response.status_code == 429:
+                headers["Retry-After"] = str(max(int(reset - time.time()), 1))
         return response
 
 
