@@ -6,7 +6,7 @@ Environment:
   WEB_CONCURRENCY    worker processes (default: 2 per CPU core)
   GUNICORN_WORKER_CLASS, GUNICORN_THREADS
                      worker class (default gthread) and threads per worker
-                     (4 for gthread, else 1)
+                     (8 for gthread, else 1)
   GUNICORN_TIMEOUT, GUNICORN_GRACEFUL_TIMEOUT
                      seconds before a silent worker is killed, and seconds
                      in-flight requests get to finish after SIGTERM (30, 30)
@@ -48,13 +48,21 @@ workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2)
 # the sync worker closes every connection after one answer and waits for the
 # client's FIN; with keep-alive, gthread served 28% more lists and 89% more
 # creates in alternating runs.
-# Four threads let a worker keep answering while a create waits on a slow
-# webhook receiver (up to the delivery timeouts) instead of stalling.
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gthread")
+# Eight threads, chosen on PostgreSQL (make bench-ab, 5 alternating runs of
+# 4 s, medians of paired ratios, 8 threads / 4): list of 100 1.16x, list of
+# 10 1.09x, create 1.34x (a create waits on the commit's disk flush, when
+# other threads can run). On SQLite the same A/B was within its noise.
 # gunicorn turns a sync worker into gthread whenever threads > 1: the
-# default of 4 applies to gthread only, so GUNICORN_WORKER_CLASS=sync alone
-# really gives sync workers.
-threads = int(os.environ.get("GUNICORN_THREADS", 4 if worker_class == "gthread" else 1))
+# default applies to gthread only, so GUNICORN_WORKER_CLASS=sync alone
+# really gives sync workers. PLANTSTORE_DATABASE_POOL_SIZE must exceed the
+# threads (the webhook outcome writer takes a connection too).
+threads = int(os.environ.get("GUNICORN_THREADS", 8 if worker_class == "gthread" else 1))
+# The C HTTP parser (gunicorn_h1c, from gunicorn[fast]): as fast as the
+# Python one here (make bench-ab on PostgreSQL: 1.01x, 1.04x, 0.89x, within
+# the noise; parsing is a small part of a request), and stricter about
+# malformed framing (chunk extensions), which the framing tests pin.
+http_parser = "fast"
 # On SIGTERM, stop accepting and let in-flight requests finish for up to
 # graceful_timeout seconds before workers are killed.
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", 30))

@@ -165,8 +165,9 @@ SETTINGS = (
             text(r"\S{1,4096}", "a database URL (1 to 4096 characters, no spaces)"),
             "Where plants live: `sqlite:///relative.db`, `sqlite:////absolute.db` or "
             "`postgresql://user:password@host:port/dbname`."),
-    Setting("DATABASE_POOL_SIZE", 8, integer(1, 1000),
-            "Most database connections one process keeps open."),
+    Setting("DATABASE_POOL_SIZE", 10, integer(1, 1000),
+            "Most database connections one process keeps open: more than its "
+            "gunicorn threads (8), as the webhook outcome writer needs one too."),
     Setting("LIST_LIMIT_DEFAULT", 100, integer(1, 1_000_000),
             "Page size of `GET /plants` when `limit` is absent (capped by the maximum)."),
     Setting("LIST_LIMIT_MAX", 1000, integer(1, 1_000_000),
