@@ -61,10 +61,13 @@ class Receiver:
 
 
 def plantstore(venv_bin, *args, url, check=True):
-    """Run a ``plantstore`` command on ``url``."""
-    return subprocess.run([str(venv_bin / "plantstore"), *args], check=check,
-                          capture_output=True, text=True, timeout=300,
+    """Run a ``plantstore`` command on ``url`` (its stderr in the error if it fails)."""
+    done = subprocess.run([str(venv_bin / "plantstore"), *args], capture_output=True,
+                          text=True, timeout=300,
                           env={**os.environ, **ENV, "PLANTSTORE_DATABASE_URL": url})
+    if check and done.returncode:
+        raise RuntimeError(f"plantstore {' '.join(args)} failed: {done.stderr.strip()}")
+    return done
 
 
 class Probe(threading.Thread):

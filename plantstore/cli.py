@@ -1,9 +1,9 @@
 """The ``plantstore`` command: the operators' commands, and nothing of Flask's.
 
 ``plantstore db``, ``users`` and ``tokens`` live here, the webhook groups in
-``webhooks/cli.py``. Each command runs in the app's context, prints what a
-script needs on stdout and explains a failure in one line on stderr with a
-non-zero exit: 2 for a bad argument, 1 for anything else (an unusable
+``webhooks/cli.py`` and ``webhooks/delivery_cli.py``. Each command runs in
+the app's context, prints what a script needs on stdout and explains a
+failure in one line on stderr with a non-zero exit: 2 for a bad argument, 1 for anything else (an unusable
 setting, an unreachable database), never a traceback.
 """
 import sys
@@ -19,7 +19,8 @@ from .cli_params import ROW_ID, USER_NAME
 from .logs import configure_process_logging
 from .models import Token, User, utcnow
 from .settings import SettingError
-from .webhooks.cli import COMMANDS as WEBHOOK_COMMANDS
+from .webhooks.cli import webhooks_cli
+from .webhooks.delivery_cli import deliveries_cli, worker_cli
 
 def _find_user(name):
     """The user called ``name``, or a one-line error."""
@@ -143,7 +144,7 @@ def tokens_revoke(token_id):
     click.echo(f"revoked token {token_id}")
 
 
-COMMANDS = (db_cli, users_cli, tokens_cli, *WEBHOOK_COMMANDS)
+COMMANDS = (db_cli, users_cli, tokens_cli, webhooks_cli, deliveries_cli, worker_cli)
 
 
 def register_commands(app):

@@ -4,7 +4,7 @@ from flask import current_app, g, request
 from flask_smorest import abort
 from peewee import IntegrityError
 
-from ..api import Blueprint, json_response
+from ..api import Blueprint, json_response, no_content
 from ..auth import READ, WRITE
 from ..db import database
 from ..models import Plant
@@ -95,6 +95,4 @@ def delete_plant(id):
     deleted = query.execute()
     if not deleted:
         abort(404, message=f"No plant with id {plant_id}.")
-    response = current_app.response_class(status=204)
-    del response.headers["Content-Type"]
-    return response
+    return no_content()

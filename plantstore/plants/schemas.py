@@ -10,6 +10,8 @@ from decimal import Decimal
 import marshmallow as ma
 from marshmallow import validate
 
+from ..api import QueryArgsSchema
+
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 INT32_MAX = 2 ** 31 - 1
 NAME_MAX_LENGTH = TAG_MAX_LENGTH = 255
@@ -156,7 +158,7 @@ class NewPlantSchema(PlantSchema):
         return {"name": name, "tag": tag, "id": plant_id}
 
 
-class PlantQueryArgsSchema(ma.Schema):
+class PlantQueryArgsSchema(QueryArgsSchema):
     """GET /plants query: page size and the keyset cursor of the next page."""
     limit = IntegerText(1, INT32_MAX, metadata={
         "description": "The maximum number of results to return", "format": "int32"})
@@ -164,15 +166,6 @@ class PlantQueryArgsSchema(ma.Schema):
         "format": "int64",
         "description": "Cursor: list only plants whose id is greater than this "
                        "(taken from the Link header of the previous page)"})
-
-    @ma.pre_load
-    def refuse_repeated_parameters(self, data, **kwargs):
-        """``?limit=1&limit=1000`` is ambiguous: 400 rather than pick one."""
-        repeated = {name: ["Must be given at most once."]
-                    for name in self.fields if len(data.getlist(name)) > 1}
-        if repeated:
-            raise ma.ValidationError(repeated)
-        return data
 
 
 def _plain_text(value, shortest, longest):

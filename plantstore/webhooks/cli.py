@@ -1,32 +1,30 @@
-"""Operators' commands for webhooks: ``plantstore webhooks``, ``deliveries``
-and ``worker``.
+"""Operators' commands for webhook receivers: ``plantstore webhooks``, and
+the helpers the delivery commands (``delivery_cli.py``) share.
 
 Output meant for scripts goes to stdout (``webhooks add`` prints one JSON
 object); failures are explained on stderr with a non-zero exit. Every
-command runs inside the app's context (``AppGroup``, ``with_appcontext``), as
-it needs the app's webhook settings.
+command runs inside the app's context (``AppGroup``), as it needs the app's
+webhook settings.
 """
-import datetime
 import json
-import signal
 from urllib.parse import urlsplit
 
 import click
 from flask import current_app
-from flask.cli import AppGroup, with_appcontext
+from flask.cli import AppGroup
 
-from ..cli_params import LIST_LIMIT, ROW_ID
+from ..cli_params import ROW_ID
 from ..db import database
-from ..models import Attempt, Delivery, Subscription, utcnow
+from ..models import Delivery, Subscription, utcnow
 from . import dispatch, lifecycle, secrets, signing
 from .breaker import is_open
 from .config import settings_of
-from .worker import ClaimRefused, Worker, claim_for_retry
+from .worker import ClaimRefused, claim_for_retry
 
 TIME = "%Y-%m-%d %H:%M:%S"
 
 
-def _when(moment):
+def when(moment):
     """A stored UTC time for humans, or a dash."""
     return f"{moment:{TIME}}" if moment else "-"
 
@@ -60,18 +58,6 @@ def validate_url(ctx, param, url):
     return url
 
 
-def parse_since(ctx, param, text):
-    """An RFC 3339 time with an offset, as naive UTC; a usage error otherwise."""
-    try:
-        moment = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        raise click.BadParameter(
-            f"{text!r} is not an RFC 3339 time with an offset, e.g. 2026-01-31T12:00:00Z")
-    return moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
-
-
 def validate_bearer(ctx, param, token):
     """The token if it can be sent in an ``Authorization`` header; a usage error otherwise."""
     if token is None:
@@ -89,14 +75,16 @@ def _is_visible_text(text):
     return text.isprintable() and not any(char.isspace() for char in text)
 
 
-def _subscription(subscription_id):
+def find_subscription(subscription_id):
+    """The subscription with that id, or a one-line error."""
     subscription = Subscription.get_or_none(Subscription.id == subscription_id)
     if subscription is None:
         raise click.ClickException(f"no webhook subscription with id {subscription_id}")
     return subscription
 
 
-def _delivery(delivery_id):
+def find_delivery(delivery_id):
+    """The delivery with that id, or a one-line error."""
     delivery = Delivery.get_or_none(Delivery.id == delivery_id)
     if delivery is None:
         raise click.ClickException(f"no delivery with id {delivery_id}")
@@ -134,7 +122,7 @@ def webhooks_list():
                  else f"disabled ({subscription.disabled_reason or 'by an operator'})")
         retired = secrets.retired(subscription, now)
         rotation = (f"{len(retired)} previous secret(s) sign until "
-                    f"{_when(max(until for _, until in retired))}"
+                    f"{when(max(until for _, until in retired))}"
                     if retired else "one secret")
         owner = subscription.owner.name if subscription.owner_id else "operator"
         bearer = "bearer token" if subscription.bearer_token else "no bearer token"
@@ -146,9 +134,9 @@ def _breaker_state(subscription):
     """The circuit breaker of a subscription, for ``webhooks list``."""
     failures = subscription.failure_streak
     if is_open(subscription):
-        return (f"breaker open since {_when(subscription.breaker_opened_at)} "
+        return (f"breaker open since {when(subscription.breaker_opened_at)} "
                 f"({failures} failures in a row; next probe "
-                f"{_when(subscription.breaker_probe_at)})")
+                f"{when(subscription.breaker_probe_at)})")
     if failures:
         return f"breaker closed ({failures} failures in a row)"
     return "breaker closed"
@@ -158,7 +146,7 @@ def _breaker_state(subscription):
 @click.argument("subscription_id", type=ROW_ID)
 def webhooks_remove(subscription_id):
     """Delete receiver SUBSCRIPTION_ID with its deliveries."""
-    subscription = _subscription(subscription_id)
+    subscription = find_subscription(subscription_id)
     with database.atomic():
         subscription.delete_instance(recursive=True)
     click.echo(f"removed webhook subscription {subscription_id}")
@@ -174,13 +162,13 @@ def webhooks_rotate_secret(subscription_id):
     switch over; at most 4 rotated-out secrets sign at once, and a rotation
     beyond that drops the one that would stop first.
     """
-    _subscription(subscription_id)
+    find_subscription(subscription_id)
     hours = settings_of(current_app).secret_overlap_hours
     rotation = secrets.rotate(subscription_id, hours)
     if rotation is None:
         raise click.ClickException(f"no webhook subscription with id {subscription_id}")
     click.echo(rotation.secret)
-    click.echo(f"the previous secret also signs until {_when(rotation.previous_expires_at)} "
+    click.echo(f"the previous secret also signs until {when(rotation.previous_expires_at)} "
                f"UTC ({hours:g} h)", err=True)
     if rotation.dropped:
         click.echo(f"{rotation.dropped} older secret(s) stopped signing early: at most "
@@ -197,7 +185,7 @@ def webhooks_enable(subscription_id):
     Deliveries failed meanwhile stay failed; re-send them with
     `plantstore deliveries recover --subscription ID --since TIME`.
     """
-    _subscription(subscription_id)
+    find_subscription(subscription_id)
     lifecycle.enable(subscription_id)
     click.echo(f"enabled webhook subscription {subscription_id}")
 
@@ -210,81 +198,16 @@ def webhooks_test(subscription_id):
     It is recorded as a delivery (event plant.test); if this attempt fails,
     it is retried like any other.
     """
-    subscription = _subscription(subscription_id)
+    subscription = find_subscription(subscription_id)
     if not subscription.is_active:
         raise click.ClickException(
             f"subscription {subscription_id} is disabled "
             f"({subscription.disabled_reason or 'no reason recorded'}); enable it first")
     delivery = lifecycle.queue_test_event(subscription_id)
-    _send_now(delivery.id, failed="failed")
+    send_now(delivery.id, failed="failed")
 
 
-@click.group("deliveries", cls=AppGroup)
-def deliveries_cli():
-    """Inspect and re-send webhook deliveries."""
-
-
-@deliveries_cli.command("list")
-@click.option("--status", type=click.Choice([Delivery.PENDING, Delivery.FAILED,
-                                             Delivery.DELIVERED]),
-              help="Only deliveries in this state.")
-@click.option("--limit", type=LIST_LIMIT, default=100, show_default=True,
-              help="Show at most this many, newest first.")
-def deliveries_list(status, limit):
-    """List deliveries: id, state, subscription, webhook-id, attempts, then the
-    next attempt (pending), the delivery time, or the last error."""
-    query = Delivery.select().order_by(Delivery.id.desc()).limit(limit)
-    if status:
-        query = query.where(Delivery.status == status)
-    for delivery in query:
-        if delivery.status == Delivery.DELIVERED:
-            detail = f"delivered {_when(delivery.delivered_at)}"
-        elif delivery.status == Delivery.PENDING:
-            detail = f"next {_when(delivery.next_attempt_at)}"
-            if delivery.last_error:
-                detail += f"  last error: {delivery.last_error}"
-        else:
-            detail = f"last error: {delivery.last_error or '-'}"
-        click.echo(f"{delivery.id}\t{delivery.status}\t{delivery.subscription_id}\t"
-                   f"{delivery.message_id}\t{delivery.attempts}\t{detail}")
-
-
-@deliveries_cli.command("show")
-@click.argument("delivery_id", type=ROW_ID)
-def deliveries_show(delivery_id):
-    """Show delivery DELIVERY_ID and every attempt at it."""
-    delivery = _delivery(delivery_id)
-    subscription = delivery.subscription
-    lines = [
-        f"delivery:     {delivery.id}",
-        f"webhook-id:   {delivery.message_id}",
-        f"event:        {delivery.event_type}",
-        f"subscription: {subscription.id} {subscription.url}",
-        f"status:       {delivery.status}",
-        f"created:      {_when(delivery.created_at)}",
-    ]
-    if delivery.status == Delivery.PENDING:
-        lines.append(f"next attempt: {_when(delivery.next_attempt_at)}")
-    if delivery.delivered_at:
-        lines.append(f"delivered:    {_when(delivery.delivered_at)}")
-    if delivery.last_error:
-        lines.append(f"last error:   {delivery.last_error}")
-    lines.append(f"payload:      {delivery.payload}")
-    attempts = list(Attempt.select().where(Attempt.delivery == delivery.id)
-                    .order_by(Attempt.started_at, Attempt.id))
-    lines.append(f"attempts:     {len(attempts)}")
-    for attempt in attempts:
-        if attempt.status_code is not None:
-            answer = f"HTTP {attempt.status_code}"
-            if attempt.error:
-                answer += f" {attempt.error}"
-        else:
-            answer = attempt.error or "no answer"
-        lines.append(f"  {_when(attempt.started_at)}\t{answer}\t{attempt.duration_ms} ms")
-    click.echo("\n".join(lines))
-
-
-def _send_now(delivery_id, failed="failed again"):
+def send_now(delivery_id, failed="failed again"):
     """Attempt a delivery now and say how it went (exit 1 if it failed)."""
     settings = settings_of(current_app)
     try:
@@ -292,82 +215,13 @@ def _send_now(delivery_id, failed="failed again"):
     except ClaimRefused as refused:
         raise click.ClickException(str(refused)) from None
     outcome = dispatch.deliver_now(job, settings)
-    delivery = _delivery(delivery_id)
+    delivery = find_delivery(delivery_id)
     if outcome == "delivered":
         click.echo(f"delivered {delivery.message_id}")
         return
     if delivery.status == Delivery.PENDING:
-        state = f"will retry at {_when(delivery.next_attempt_at)} UTC"
+        state = f"will retry at {when(delivery.next_attempt_at)} UTC"
     else:
         state = delivery.status
     raise click.ClickException(
         f"delivery {delivery_id} {failed} ({delivery.last_error}); {state}")
-
-
-@deliveries_cli.command("retry")
-@click.argument("delivery_id", type=ROW_ID)
-def deliveries_retry(delivery_id):
-    """Re-send DELIVERY_ID now, with the same webhook-id.
-
-    If this attempt fails, the delivery goes through the retry schedule again.
-    """
-    _send_now(delivery_id)
-
-
-@deliveries_cli.command("recover")
-@click.option("--subscription", "subscription_id", type=ROW_ID, required=True,
-              help="The subscription whose failed deliveries to send again.")
-@click.option("--since", required=True, callback=parse_since, metavar="TIME",
-              help="RFC 3339 time (e.g. 2026-01-31T12:00:00Z); failed deliveries "
-                   "created since then are sent again.")
-def deliveries_recover(subscription_id, since):
-    """Queue again every failed delivery of a subscription created since TIME,
-    each with its webhook-id; the workers send them."""
-    subscription = _subscription(subscription_id)
-    if not subscription.is_active:
-        raise click.ClickException(
-            f"subscription {subscription_id} is disabled; enable it first with "
-            f"`plantstore webhooks enable {subscription_id}`")
-    queued = lifecycle.recover(subscription_id, since)
-    click.echo(f"queued {queued} failed deliveries of subscription {subscription_id} again")
-
-
-@deliveries_cli.command("purge")
-@click.option("--older-than", "days", type=click.IntRange(1, 3650), metavar="DAYS",
-              help="Age in days (default: PLANTSTORE_WEBHOOK_RETENTION_DAYS).")
-def deliveries_purge(days):
-    """Delete delivered and failed deliveries older than DAYS, with their
-    attempts, in small batches; pending ones are never deleted."""
-    days = days or settings_of(current_app).retention_days
-    deleted = lifecycle.purge(days)
-    click.echo(f"deleted {deleted} deliveries older than {days} days")
-
-
-@click.command("worker")
-@with_appcontext
-@click.option("--once", is_flag=True,
-              help="Deliver what is due now, then exit (for cron or tests).")
-def worker_cli(once):
-    """Deliver due webhook deliveries: forever, or just once.
-
-    Stops on SIGTERM or SIGINT within one attempt's deadline (connect + read
-    timeout): no new attempts start, those under way end and are recorded.
-    Several workers may run at once against the same database.
-    """
-    worker = Worker(settings_of(current_app))
-    if once:
-        tally = worker.run_once()
-        click.echo(", ".join(f"{kind} {count}" for kind, count in sorted(tally.items()))
-                   or "nothing due")
-        return
-    previous = {sig: signal.signal(sig, lambda *_: worker.stop())
-                for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        worker.run_forever()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-COMMANDS = (webhooks_cli, deliveries_cli, worker_cli)
-"""The command groups ``plantstore.cli.register_commands`` attaches."""

@@ -7,7 +7,7 @@ import re
 from flask import current_app, g, request
 from flask_smorest import abort
 
-from ..api import Blueprint, json_response
+from ..api import Blueprint, json_response, no_content
 from ..auth import WEBHOOKS_READ, WEBHOOKS_WRITE
 from ..db import database, is_sqlite
 from ..models import Attempt, Delivery, Subscription, User
@@ -54,12 +54,6 @@ def _active(subscription):
                            f"({subscription.disabled_reason or 'no reason recorded'}); "
                            "enable it first.")
     return subscription
-
-
-def _no_content():
-    response = current_app.response_class(status=204)
-    del response.headers["Content-Type"]
-    return response
 
 
 @blp.route("/webhooks", methods=["POST"])
@@ -119,7 +113,7 @@ def delete_subscription(id):
     subscription = _own(id)
     with database.atomic():
         subscription.delete_instance(recursive=True)
-    return _no_content()
+    return no_content()
 
 
 @blp.route("/webhooks/<row_id:id>/enable", methods=["POST"])

@@ -9,6 +9,7 @@ import datetime
 import marshmallow as ma
 from marshmallow import validate
 
+from ..api import QueryArgsSchema
 from ..models import Delivery
 from ..plants.schemas import Text
 from .ssrf import MAX_URL_LENGTH
@@ -131,7 +132,7 @@ class DeliverySchema(ma.Schema):
                               attribute="attempt_rows")
 
 
-class DeliveryQueryArgsSchema(ma.Schema):
+class DeliveryQueryArgsSchema(QueryArgsSchema):
     """GET /webhooks/{id}/deliveries query: a state, a page size, a cursor."""
     status = ma.fields.String(validate=validate.OneOf(
         [Delivery.PENDING, Delivery.DELIVERED, Delivery.FAILED]))
@@ -140,15 +141,6 @@ class DeliveryQueryArgsSchema(ma.Schema):
     after = ma.fields.Integer(validate=validate.Range(1, ROW_ID_MAX), metadata={
         "description": "Cursor: only deliveries older than this one (taken from "
                        "the Link header of the previous page)"})
-
-    @ma.pre_load
-    def refuse_repeated_parameters(self, data, **kwargs):
-        """A repeated parameter is ambiguous: 400 rather than pick one."""
-        repeated = {name: ["Must be given at most once."]
-                    for name in self.fields if len(data.getlist(name)) > 1}
-        if repeated:
-            raise ma.ValidationError(repeated)
-        return data
 
 
 class RecoverSchema(ma.Schema):
