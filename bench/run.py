@@ -325,7 +325,8 @@ def main():
     finally:
         for server in started:
             server.stop()
-    _write(report.render(results, names, seconds, rounds), output)
+        if not only:  # what was measured is written even if a later part failed
+            _write(report.render(results, names, seconds, rounds), output)
 
 
 def _write(text, output):

@@ -24,8 +24,18 @@ def free_port():
 
 
 def gunicorn_worker_settings():
-    """(worker_class, threads) that config/gunicorn.conf.py chooses."""
-    conf = runpy.run_path(str(GUNICORN_CONF))
+    """(worker_class, threads) that config/gunicorn.conf.py chooses.
+
+    Reading the config runs it, and it sets up a metrics directory in the
+    environment: the environment is put back as it was, so no later
+    process inherits a directory a gunicorn server will remove.
+    """
+    saved = dict(os.environ)
+    try:
+        conf = runpy.run_path(str(GUNICORN_CONF))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     return conf.get("worker_class", "sync"), int(conf.get("threads", 1))
 
 

@@ -39,6 +39,12 @@ log = logging.getLogger(__name__)
 UNMATCHED_ROUTE = "<unmatched>"
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
+# prometheus_client writes this process's counts into that directory as soon
+# as a metric exists; a directory removed meanwhile (a stopped server's)
+# must not make every command fail.
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+
 REQUESTS = Counter("plantstore_http_requests",
                    "HTTP requests answered, by route template, method and status.",
                    ["route", "method", "status"])
