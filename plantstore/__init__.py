@@ -47,7 +47,7 @@ def create_app(config=None):
     init_rate_limits(app)
     register_commands(app)
 
-    proxies = int(app.config["TRUSTED_PROXIES"])
+    proxies = app.config["TRUSTED_PROXIES"]
     if proxies:
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=proxies, x_proto=proxies,
                                 x_host=proxies, x_port=proxies, x_prefix=proxies)
