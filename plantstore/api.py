@@ -50,9 +50,11 @@ class ArgumentsParser(FlaskParser):
     Query strings repeat (``?limit=100`` on every request of a client), and
     loading one through its schema costs more than a page of plants, so the
     arguments a query string parses to are remembered, per schema, for the
-    most recent ``QUERY_CACHE_SIZE`` query strings. Parsing is a pure
-    function of the query string: a remembered result is the one the schema
-    would make again. Failures are not remembered; they raise each time.
+    most recent ``QUERY_CACHE_SIZE`` query strings; likewise the arguments of
+    a headers schema when none of its headers was sent (a create without an
+    ``Idempotency-Key``). Parsing is a pure function of those inputs: a
+    remembered result is the one the schema would make again. Failures are
+    not remembered; they raise each time.
     """
     DEFAULT_VALIDATION_STATUS = 400
     QUERY_CACHE_SIZE = 512
@@ -84,11 +86,13 @@ class ArgumentsParser(FlaskParser):
             loaded = self._fast_load_json(argmap, req or flask.request)
             if loaded is not None:
                 return loaded
-        if location != "query" or validate is not None or not _is_schema(argmap):
+        req = req or flask.request
+        key = None
+        if validate is None and _is_schema(argmap):
+            key = self._cache_key(argmap, location, unknown, req)
+        if key is None:
             return super().parse(argmap, req, location=location, unknown=unknown,
                                  validate=validate, **kwargs)
-        req = req or flask.request
-        key = (argmap, unknown, req.query_string)
         parsed = self._parsed_queries.get(key)
         if parsed is None:
             parsed = super().parse(argmap, req, location=location, unknown=unknown, **kwargs)
@@ -96,6 +100,16 @@ class ArgumentsParser(FlaskParser):
                 self._parsed_queries.clear()
             self._parsed_queries[key] = parsed
         return dict(parsed)
+
+    def _cache_key(self, argmap, location, unknown, req):
+        """What the arguments are a pure function of, or None to parse anew."""
+        if location == "query":
+            return argmap, unknown, location, req.query_string
+        if location == "headers":
+            fields = self._get_schema(argmap, req).fields.items()
+            if not any((field.data_key or name) in req.headers for name, field in fields):
+                return argmap, unknown, location, None
+        return None
 
     def _fast_load_json(self, schema, req):
         """``schema.fast_load`` of the body, or None to load it through the schema.
