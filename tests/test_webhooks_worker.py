@@ -17,7 +17,8 @@ from plantstore.db import database
 from plantstore.models import Attempt, Delivery, Plant, User
 from plantstore.webhooks import outbox
 from plantstore.webhooks.config import settings_of
-from plantstore.webhooks.worker import Worker
+from plantstore.webhooks import worker as worker_module
+from plantstore.webhooks.worker import Worker, claim_due
 from plugins.servers import create_until_sigkilled
 from plugins.webhooks import (SHORT_LEASES, Answer, run_worker, sleep_until, subscribe,
                               verify, wait_for_attempts)
@@ -87,6 +88,37 @@ def test_deliveries_of_a_process_that_died_after_the_commit_wait_out_its_lease(
     [got] = receiver.wait_for(1)
     assert got.headers["webhook-id"] == job.message_id
     assert verify(secret, got) == {"id": 1, "name": "fern"}
+
+
+# One attempt at a time per receiver, and its breaker opens at the first
+# failure: every claim after the first finds the receiver busy (with its probe,
+# then with each attempt).
+@pytest.mark.app_config({**SHORT_LEASES, "WEBHOOK_SENDS_PER_RECEIVER": 1,
+                         "WEBHOOK_BREAKER_THRESHOLD": 1, "WEBHOOK_BREAKER_COOLDOWN": 0.5})
+def test_worker_once_claims_again_when_the_attempts_it_waited_on_ended_during_its_claim(
+        app, client, runner, alice, make_receiver, monkeypatch):
+    events = 20
+    receiver = make_receiver(Answer(503))
+    subscribe(runner, receiver.url)
+    for plant_id in range(events):
+        create_plant(client, alice, plant_id, f"plant {plant_id}")
+    wait_for_attempts(1, timeout=10)  # the first create's; the breaker kept the rest back
+    receiver.answer = Answer(200)
+    time.sleep(0.6)  # the probe is due
+    worker = Worker(settings_of(app))
+
+    def claim_behind_the_outcome_write(*args, **kwargs):
+        """Claim, then let the attempts under way end and be written, as when
+        a claim on SQLite waits for the outcome writer's transaction."""
+        jobs = claim_due(*args, **kwargs)
+        assert worker.dispatcher.drain(10)
+        return jobs
+
+    monkeypatch.setattr(worker_module, "claim_due", claim_behind_the_outcome_write)
+    tally = worker.run_once()
+
+    assert tally["delivered"] == events, tally
+    assert {d.status for d in Delivery.select()} == {Delivery.DELIVERED}
 
 
 @pytest.mark.slow

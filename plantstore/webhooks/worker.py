@@ -177,6 +177,11 @@ class Worker:
             self._housekeep()
             if self.dispatcher.in_flight():
                 self.dispatcher.wait_for_change(WAKE_SECONDS)
+            elif room:
+                # The claim skipped receivers with attempts under way (at their
+                # cap, or an open breaker's probe); those have ended since, so
+                # claim again before calling this idle.
+                continue
             elif until_idle:
                 break
             else:
