@@ -45,27 +45,25 @@ def streak_change(results):
     return closed, failures
 
 
-def record(subscription_id, results, settings, now):
-    """Move ``subscription_id``'s breaker on by the ``results`` of its attempts
-    (in the order they ended); run inside the outcome transaction."""
+def changes(results, settings, now):
+    """The subscription columns the ``results`` of its attempts (in the order
+    they ended) change, as an UPDATE's mapping; empty when none."""
     closed, failures = streak_change(results)
     if not closed and not failures:
-        return
+        return {}
     next_probe = now + datetime.timedelta(seconds=settings.breaker_cooldown)
     if closed:
         tripped = failures >= settings.breaker_threshold
-        changes = {Subscription.failure_streak: failures,
-                   Subscription.breaker_opened_at: now if tripped else None,
-                   Subscription.breaker_probe_at: next_probe if tripped else None}
-    else:
-        streak = Subscription.failure_streak + failures
-        tripped = streak >= settings.breaker_threshold
-        changes = {
-            Subscription.failure_streak: streak,
-            Subscription.breaker_opened_at: Case(
-                None, [(Subscription.breaker_opened_at.is_null() & tripped, now)],
-                Subscription.breaker_opened_at),
-            Subscription.breaker_probe_at: Case(
-                None, [(tripped, next_probe)], Subscription.breaker_probe_at),
-        }
-    Subscription.update(changes).where(Subscription.id == subscription_id).execute()
+        return {Subscription.failure_streak: failures,
+                Subscription.breaker_opened_at: now if tripped else None,
+                Subscription.breaker_probe_at: next_probe if tripped else None}
+    streak = Subscription.failure_streak + failures
+    tripped = streak >= settings.breaker_threshold
+    return {
+        Subscription.failure_streak: streak,
+        Subscription.breaker_opened_at: Case(
+            None, [(Subscription.breaker_opened_at.is_null() & tripped, now)],
+            Subscription.breaker_opened_at),
+        Subscription.breaker_probe_at: Case(
+            None, [(tripped, next_probe)], Subscription.breaker_probe_at),
+    }

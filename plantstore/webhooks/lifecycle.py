@@ -55,19 +55,12 @@ def disable(subscription_id, kind, reason, now=None):
     log.warning("webhook subscription %s disabled: %s", subscription_id, reason)
 
 
-def note_success(subscription_id, now):
-    """Remember that a delivery to the subscription just succeeded."""
-    (Subscription.update(last_success_at=now)
-     .where(Subscription.id == subscription_id).execute())
-
-
-def record(subscription_id, results, settings, now):
-    """After attempts at one subscription (``SendResult``s): remember a
-    success, or disable it if it has been failing too long."""
+def changes(results, now):
+    """The subscription columns the ``results`` of its attempts change: the
+    time of its last success, when one succeeded."""
     if any(result.ok for result in results):
-        note_success(subscription_id, now)
-    else:
-        disable_if_failing_too_long(subscription_id, settings, now)
+        return {Subscription.last_success_at: now}
+    return {}
 
 
 def disable_if_failing_too_long(subscription_id, settings, now):

@@ -15,7 +15,7 @@ import random
 
 from .. import metrics
 from ..db import database, is_sqlite
-from ..models import Attempt, Delivery, utcnow
+from ..models import Attempt, Delivery, Subscription, utcnow
 from . import breaker, lifecycle
 
 log = logging.getLogger(__name__)
@@ -121,8 +121,11 @@ def _write(attempts, settings, now):
     if logged:
         Attempt.insert_many(logged).as_rowcount().execute()
     for subscription_id, results in by_receiver.items():
-        breaker.record(subscription_id, results, settings, now)
-        lifecycle.record(subscription_id, results, settings, now)
+        changes = {**breaker.changes(results, settings, now), **lifecycle.changes(results, now)}
+        if changes:
+            Subscription.update(changes).where(Subscription.id == subscription_id).execute()
+        if not any(result.ok for result in results):
+            lifecycle.disable_if_failing_too_long(subscription_id, settings, now)
     for (job, _, _), kind in zip(attempts, kinds):
         if kind == GONE:
             disable_subscription(job.subscription_id, "the receiver answered 410 Gone "
