@@ -29,6 +29,10 @@ one starts with the next outcome)."""
 LARGEST_WRITE = 500
 """Most outcomes written in one transaction."""
 
+GATHER_SECONDS = 0.005
+"""Longest the outcome writer waits for attempts still under way to end, so
+that their outcomes share one transaction (it never waits when none are)."""
+
 
 def attempt(job, settings):
     """One attempt at ``job``: its ``SendResult``, never an exception."""
@@ -49,14 +53,19 @@ def deliver_now(job, settings):
 class OutcomeWriter:
     """Writes attempts' outcomes, and leases given back, in batches from one thread.
 
-    ``on_written(jobs, kinds)`` is called after each batch of outcomes, with
-    the kinds written (all None if the batch could not be written: its
+    ``on_written(batch, kinds)`` is called after each batch of outcomes
+    (``(job, result)`` pairs), with the kinds written (all None if the batch could not be written: its
     leases run out and the workers retry those deliveries, never lost).
+    ``attempts_unwritten()`` says how many attempts are under way or have
+    their outcome waiting here: while some are still under way, a write
+    waits up to GATHER_SECONDS for them, so a busy process writes many
+    outcomes per transaction instead of one.
     """
 
-    def __init__(self, settings, on_written):
+    def __init__(self, settings, on_written, attempts_unwritten):
         self.settings = settings
         self.on_written = on_written
+        self.attempts_unwritten = attempts_unwritten
         self._changed = threading.Condition()
         self._outcomes, self._releases = [], []
         self._unwritten = 0
@@ -97,6 +106,7 @@ class OutcomeWriter:
                                               WRITER_IDLE_SECONDS):
                     self._thread = None
                     return
+                self._changed.wait_for(self._all_attempts_ended, GATHER_SECONDS)
                 batch = self._outcomes[:LARGEST_WRITE]
                 del self._outcomes[:LARGEST_WRITE]
                 releases, self._releases = self._releases, []
@@ -106,6 +116,10 @@ class OutcomeWriter:
                 with self._changed:
                     self._unwritten -= len(batch) + len(releases)
                     self._changed.notify_all()
+
+    def _all_attempts_ended(self):
+        """Whether every attempt under way has its outcome waiting (or enough do)."""
+        return len(self._outcomes) >= min(LARGEST_WRITE, self.attempts_unwritten())
 
     def _write(self, batch, releases):
         kinds = [None] * len(batch)
@@ -121,14 +135,17 @@ class OutcomeWriter:
                           + [job.delivery_id for job in releases])
         finally:
             if batch:
-                self.on_written([job for job, _ in batch], kinds)
+                self.on_written(batch, kinds)
 
 
 class Dispatcher:
     """Sender threads with a cap per process and per receiver, feeding one
-    ``OutcomeWriter``. An attempt holds its slot until its outcome is
-    written, so the next attempt at a receiver sees what the last one did
-    to its breaker (or to the subscription: a 410 disables it).
+    ``OutcomeWriter``. A failed attempt holds its slot until its outcome is
+    written, so the next attempt at that receiver sees what it did to the
+    breaker (or to the subscription: a 410 disables it); a delivered one
+    frees its slot as soon as it ends, since a success changes nothing the
+    next attempt must see (an open breaker's probe keeps the others waiting
+    on the row until its outcome is written).
 
     ``on_recorded(kinds)`` (optional) is called with the outcome kinds of
     each batch written.
@@ -139,20 +156,21 @@ class Dispatcher:
         self.threads = threads
         self.per_receiver = per_receiver
         self.on_recorded = on_recorded
-        self.writer = OutcomeWriter(settings, self._written)
+        self.writer = OutcomeWriter(settings, self._written, self.in_flight)
         self._changed = threading.Condition()
-        self._busy = collections.Counter()  # subscription id -> attempts not yet recorded
+        self._busy = collections.Counter()  # subscription id -> slots held
+        self._unwritten = 0  # attempts under way or waiting for their outcome's write
         self._executor = None
         self._pid = None
 
     def in_flight(self):
         """Attempts under way or waiting for their outcome to be written."""
         with self._changed:
-            return sum(self._busy.values())
+            return self._unwritten
 
     def room(self):
         """(attempts that may start now, {subscription id: room left} for
-        receivers with attempts under way)."""
+        receivers whose attempts hold slots)."""
         with self._changed:
             free = self.threads - sum(self._busy.values())
             return free, {sid: self.per_receiver - n for sid, n in self._busy.items()}
@@ -165,6 +183,7 @@ class Dispatcher:
                     or self._busy[job.subscription_id] >= self.per_receiver):
                 return False
             self._busy[job.subscription_id] += 1
+            self._unwritten += 1
         executor.submit(self._attempt, job)
         return True
 
@@ -181,7 +200,8 @@ class Dispatcher:
                 self.writer.put_release(job)
 
     def wait_for_change(self, timeout):
-        """Wait until an attempt's outcome is written (or ``timeout`` seconds pass)."""
+        """Wait until an attempt frees its slot or has its outcome written (or
+        ``timeout`` seconds pass)."""
         with self._changed:
             self._changed.wait(timeout)
 
@@ -189,7 +209,7 @@ class Dispatcher:
         """Wait for the attempts under way and their outcomes; False on timeout."""
         deadline = time.monotonic() + timeout
         with self._changed:
-            if not self._changed.wait_for(lambda: not +self._busy, timeout):
+            if not self._changed.wait_for(lambda: not self._unwritten, timeout):
                 return False
         return self.writer.flush(max(0.0, deadline - time.monotonic()))
 
@@ -198,19 +218,30 @@ class Dispatcher:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 self.threads, thread_name_prefix="webhook-send")
             self._busy.clear()
+            self._unwritten = 0
             self._pid = os.getpid()
         return self._executor
 
     def _attempt(self, job):
-        self.writer.put_outcome(job, attempt(job, self.settings))
+        result = attempt(job, self.settings)
+        self.writer.put_outcome(job, result)
+        if result.ok:
+            with self._changed:
+                self._free_slot(job)
+                self._changed.notify_all()
 
-    def _written(self, jobs, kinds):
-        """Free the slots of attempts whose outcomes were written."""
+    def _free_slot(self, job):
+        self._busy[job.subscription_id] -= 1
+        if not self._busy[job.subscription_id]:
+            del self._busy[job.subscription_id]
+
+    def _written(self, batch, kinds):
+        """Count the outcomes written, and free the slots failed attempts held."""
         with self._changed:
-            for job in jobs:
-                self._busy[job.subscription_id] -= 1
-                if not self._busy[job.subscription_id]:
-                    del self._busy[job.subscription_id]
+            for job, result in batch:
+                if not result.ok:
+                    self._free_slot(job)
+            self._unwritten -= len(batch)
             self._changed.notify_all()
         if self.on_recorded:
             self.on_recorded(kinds)
