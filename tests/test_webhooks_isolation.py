@@ -4,13 +4,16 @@ circuit breaker (shared through the database) keeps creates and workers off
 it, and each process caps the attempts it has under way."""
 import json
 import threading
+import time
 
 import pytest
 
 from helpers import create_plant, wait_until
-from plantstore.db import database
-from plantstore.models import Attempt, Delivery, Subscription
+from plantstore.db import database, is_sqlite
+from plantstore.models import Attempt, Delivery, Plant, Subscription, User
+from plantstore.webhooks import outbox
 from plantstore.webhooks.config import settings_of
+from plantstore.webhooks.dispatch import Dispatcher
 from plantstore.webhooks.worker import Worker
 from plugins.webhooks import BODY_TRICKLED, HEADERS_TRICKLED, Answer, subscribe
 
@@ -151,6 +154,40 @@ def test_a_slow_receiver_does_not_hold_up_another_receivers_deliveries_in_the_wo
         slow.released.set()
         finished.join(timeout=30)
     assert worker.tally == {"delivered": 4}
+
+
+@pytest.mark.parametrize("status, frees_its_slot", [(200, True), (503, False)])
+def test_only_a_failed_attempt_holds_its_receivers_slot_until_its_outcome_is_written(
+        app, runner, alice, make_receiver, status, frees_its_slot):
+    receiver = make_receiver(Answer(status))
+    subscription_id, _ = subscribe(runner, receiver.url)
+    settings = settings_of(app)
+    with app.test_request_context():
+        owner = User.get(User.name == "alice")
+        jobs = []
+        for plant_id in (1, 2):
+            with database.atomic():
+                plant = Plant.create(id=plant_id, name="fern", owner=owner)
+                jobs += outbox.record_new_plant(plant, settings)
+    dispatcher = Dispatcher(settings, threads=4, per_receiver=1)
+
+    with database.atomic():  # outcome writes wait for this transaction
+        if not is_sqlite():
+            list(Delivery.select().for_update())
+        assert dispatcher.try_start(jobs[0])
+        receiver.wait_for(1)
+        if frees_its_slot:
+            wait_until(lambda: dispatcher.room() == (4, {}))
+            assert dispatcher.try_start(jobs[1])
+            receiver.wait_for(2)
+        else:
+            time.sleep(0.3)  # the attempt has ended; its outcome waits
+            assert dispatcher.room() == (3, {subscription_id: 0})
+            assert not dispatcher.try_start(jobs[1])
+        assert Attempt.select().count() == 0  # no outcome written yet
+
+    assert dispatcher.drain(10)
+    assert Attempt.select().count() == len(receiver.requests)
 
 
 def test_the_worker_loop_never_waits_for_a_whole_batch(app, client, runner, alice,
