@@ -104,9 +104,13 @@ class Delivery(BaseModel):
     delivered_at = DateTimeField(null=True)
 
     class Meta:
-        indexes = ((("status", "next_attempt_at"), False),
-                   (("subscription", "id"), False),
+        indexes = ((("subscription", "id"), False),
                    (("created_at",), False))
+
+
+# What a worker's claim reads: the pending deliveries, in the order they are due.
+Delivery.add_index(Delivery.index(Delivery.next_attempt_at, Delivery.id, name="delivery_due",
+                                  where=Delivery.status == Delivery.PENDING))
 
 
 class Attempt(BaseModel):
