@@ -200,10 +200,10 @@ class Dispatcher:
                 self.writer.put_release(job)
 
     def wait_for_change(self, timeout):
-        """Wait until an attempt frees its slot or has its outcome written (or
-        ``timeout`` seconds pass)."""
+        """Wait until an attempt frees its slot or has its outcome written;
+        False if ``timeout`` seconds passed first."""
         with self._changed:
-            self._changed.wait(timeout)
+            return self._changed.wait(timeout)
 
     def drain(self, timeout):
         """Wait for the attempts under way and their outcomes; False on timeout."""

@@ -27,13 +27,18 @@ from ..idempotency import purge_expired_keys
 from ..models import Delivery, Subscription, utcnow
 from . import lifecycle
 from .dispatch import Dispatcher
-from .jobs import jobs_for_ids
+from .breaker import is_open
+from .jobs import job_for, jobs_for_ids
 from .outcomes import commit_without_flush
 
 log = logging.getLogger(__name__)
 
 WAKE_SECONDS = 0.25
 """Longest the claiming loop sleeps between checks for stopping and for free slots."""
+CLAIM_GATHER_SECONDS = 0.003
+"""How long the claiming loop lets attempts end after the first one did,
+while others are under way, so that one claim (a transaction) starts several
+attempts instead of one each."""
 HOUSEKEEPING_SECONDS = 10
 """How often an idle worker purges what outlived its keep."""
 HOUSEKEEPING_BATCHES = 20
@@ -67,8 +72,7 @@ def claim_due(limit, settings, due_by=None, room=None):
     full = [sid for sid, left in room.items() if left <= 0]
     with database.atomic():
         commit_without_flush()  # a lease lost in a crash only frees the rows early
-        query = (Delivery.select(Delivery.id, Delivery.subscription,
-                                 Subscription.breaker_opened_at)
+        query = (Delivery.select(Delivery, Subscription)
                  .join(Subscription)
                  .where(Delivery.status == Delivery.PENDING,
                         Delivery.next_attempt_at <= (due_by or now),
@@ -83,20 +87,23 @@ def claim_due(limit, settings, due_by=None, room=None):
         if not is_sqlite():
             query = query.for_update(of=Delivery, skip_locked=True)
         taken = collections.Counter()
-        ids = []
-        for delivery_id, subscription_id, opened_at in query.tuples():
-            if opened_at is not None:
-                if taken[subscription_id] or not _take_probe(subscription_id, now, settings):
+        claimed = []
+        for delivery in query:
+            subscription = delivery.subscription
+            if is_open(subscription):
+                if taken[subscription.id] or not _take_probe(subscription.id, now, settings):
                     continue
-            elif taken[subscription_id] >= room.get(subscription_id,
+            elif taken[subscription.id] >= room.get(subscription.id,
                                                     settings.sends_per_receiver):
                 continue
-            taken[subscription_id] += 1
-            ids.append(delivery_id)
-        if not ids:
+            taken[subscription.id] += 1
+            claimed.append(delivery)
+        if not claimed:
             return []
-        Delivery.update(locked_until=leased_until).where(Delivery.id.in_(ids)).execute()
-        return jobs_for_ids(ids, leased_until, now)
+        (Delivery.update(locked_until=leased_until)
+         .where(Delivery.id.in_([delivery.id for delivery in claimed])).execute())
+        return [job_for(delivery, delivery.subscription, leased_until, now)
+                for delivery in claimed]
 
 
 class ClaimRefused(Exception):
@@ -164,19 +171,19 @@ class Worker:
         started = 0
         while not self.stopping.is_set():
             free, room = self.dispatcher.room()
-            jobs = []
-            if free > 0:
-                jobs = claim_due(min(free, self.settings.batch_size), self.settings,
-                                 due_by, room)
+            wanted = min(free, self.settings.batch_size)
+            jobs = claim_due(wanted, self.settings, due_by, room) if wanted > 0 else []
             for job in jobs:
                 if not self.dispatcher.try_start(job):  # only if the caps shrank meanwhile
                     self.dispatcher.writer.put_release(job)
             started += len(jobs)
-            if jobs:
+            if jobs and len(jobs) == wanted:
                 continue  # claim again at once: there may be more, for other receivers
             self._housekeep()
             if self.dispatcher.in_flight():
-                self.dispatcher.wait_for_change(WAKE_SECONDS)
+                if (self.dispatcher.wait_for_change(WAKE_SECONDS)
+                        and self.dispatcher.in_flight()):
+                    time.sleep(CLAIM_GATHER_SECONDS)
             elif room:
                 # The claim skipped receivers with attempts under way (at their
                 # cap, or an open breaker's probe); those have ended since, so
