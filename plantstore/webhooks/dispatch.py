@@ -30,8 +30,14 @@ LARGEST_WRITE = 500
 """Most outcomes written in one transaction."""
 
 GATHER_SECONDS = 0.005
-"""Longest the outcome writer waits for attempts still under way to end, so
-that their outcomes share one transaction (it never waits when none are)."""
+"""Longest a failed attempt's outcome waits for the attempts still under way
+to end, so that their outcomes share its transaction (it never waits when
+none are): it holds its receiver's slot until written."""
+
+LINGER_SECONDS = 0.02
+"""Longest delivered attempts' outcomes (and leases given back) wait for
+others to share their transaction; their slots are free already, and their
+rows stay leased meanwhile, so nobody sends them again."""
 
 
 def attempt(job, settings):
@@ -54,12 +60,15 @@ class OutcomeWriter:
     """Writes attempts' outcomes, and leases given back, in batches from one thread.
 
     ``on_written(batch, kinds)`` is called after each batch of outcomes
-    (``(job, result)`` pairs), with the kinds written (all None if the batch could not be written: its
-    leases run out and the workers retry those deliveries, never lost).
-    ``attempts_unwritten()`` says how many attempts are under way or have
-    their outcome waiting here: while some are still under way, a write
-    waits up to GATHER_SECONDS for them, so a busy process writes many
-    outcomes per transaction instead of one.
+    (``(job, result)`` pairs), with the kinds written (all None if the batch
+    could not be written: its leases run out and the workers retry those
+    deliveries, never lost). ``attempts_unwritten()`` says how many attempts
+    are under way or have their outcome waiting here.
+
+    A batch is written once a failure is waiting and no attempt is still
+    under way (or GATHER_SECONDS after it came), else LINGER_SECONDS after
+    its first outcome, or at once when LARGEST_WRITE are waiting or someone
+    flushes: a busy process writes many outcomes per transaction, not one.
     """
 
     def __init__(self, settings, on_written, attempts_unwritten):
@@ -69,6 +78,8 @@ class OutcomeWriter:
         self._changed = threading.Condition()
         self._outcomes, self._releases = [], []
         self._unwritten = 0
+        self._failures_waiting = 0
+        self._flushes = 0
         self._thread = None
         self._pid = None
 
@@ -82,11 +93,13 @@ class OutcomeWriter:
         with self._changed:
             if self._pid != os.getpid():  # first use, or a forked child
                 self._outcomes, self._releases, self._unwritten = [], [], 0
+                self._failures_waiting = 0
                 self._thread, self._pid = None, os.getpid()
             if result is None:
                 self._releases.append(job)
             else:
                 self._outcomes.append((job, result))
+                self._failures_waiting += not result.ok
             self._unwritten += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="webhook-outcomes",
@@ -97,7 +110,12 @@ class OutcomeWriter:
     def flush(self, timeout):
         """Wait until everything put so far is written; False on timeout."""
         with self._changed:
-            return self._changed.wait_for(lambda: self._unwritten == 0, timeout)
+            self._flushes += 1
+            self._changed.notify_all()
+            try:
+                return self._changed.wait_for(lambda: self._unwritten == 0, timeout)
+            finally:
+                self._flushes -= 1
 
     def _run(self):
         while True:
@@ -106,9 +124,10 @@ class OutcomeWriter:
                                               WRITER_IDLE_SECONDS):
                     self._thread = None
                     return
-                self._changed.wait_for(self._all_attempts_ended, GATHER_SECONDS)
+                self._gather()
                 batch = self._outcomes[:LARGEST_WRITE]
                 del self._outcomes[:LARGEST_WRITE]
+                self._failures_waiting = sum(not result.ok for _, result in self._outcomes)
                 releases, self._releases = self._releases, []
             try:
                 self._write(batch, releases)
@@ -117,9 +136,20 @@ class OutcomeWriter:
                     self._unwritten -= len(batch) + len(releases)
                     self._changed.notify_all()
 
-    def _all_attempts_ended(self):
-        """Whether every attempt under way has its outcome waiting (or enough do)."""
-        return len(self._outcomes) >= min(LARGEST_WRITE, self.attempts_unwritten())
+    def _gather(self):
+        """Wait (holding the lock) until what is waiting should be written."""
+        began = time.monotonic()
+        while not self._write_due():
+            window = GATHER_SECONDS if self._failures_waiting else LINGER_SECONDS
+            left = began + window - time.monotonic()
+            if left <= 0:
+                return
+            self._changed.wait(left)
+
+    def _write_due(self):
+        if self._flushes or len(self._outcomes) >= LARGEST_WRITE:
+            return True
+        return bool(self._failures_waiting) and len(self._outcomes) >= self.attempts_unwritten()
 
     def _write(self, batch, releases):
         kinds = [None] * len(batch)

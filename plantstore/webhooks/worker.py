@@ -171,6 +171,7 @@ class Worker:
         started = 0
         while not self.stopping.is_set():
             free, room = self.dispatcher.room()
+            unwritten_at_claim = self.dispatcher.in_flight()
             wanted = min(free, self.settings.batch_size)
             jobs = claim_due(wanted, self.settings, due_by, room) if wanted > 0 else []
             for job in jobs:
@@ -184,10 +185,10 @@ class Worker:
                 if (self.dispatcher.wait_for_change(WAKE_SECONDS)
                         and self.dispatcher.in_flight()):
                     time.sleep(CLAIM_GATHER_SECONDS)
-            elif room:
-                # The claim skipped receivers with attempts under way (at their
-                # cap, or an open breaker's probe); those have ended since, so
-                # claim again before calling this idle.
+            elif unwritten_at_claim:
+                # The claim skipped receivers with attempts under way or not
+                # yet written (at their cap, or an open breaker's probe); those
+                # have ended since, so claim again before calling this idle.
                 continue
             elif until_idle:
                 break
