@@ -155,15 +155,16 @@ def measure_scale(runner, backend, rounds, started, workdir):
     return {"small": small, "large": large, "deep": median_of(deep[contenders[1].name])}
 
 
-def measure_webhook(runner, workdir, rounds, started):
-    """A create with one receiver answering in ~1 ms against a create with none."""
+def measure_webhook(runner, workdir, rounds, started, backend):
+    """A create with one receiver answering in ~1 ms against a create with none,
+    on ``backend`` (see databases.py)."""
     port = servers.free_port()
     receiver = subprocess.Popen([sys.executable, str(Path(__file__).with_name("receiver.py")),
                                  str(port)], start_new_session=True)
     try:
         contenders = []
         for name, receivers in (("no receiver", 0), ("one receiver", 1)):
-            url = f"sqlite:///{workdir}/webhook-{receivers}.db"
+            url = backend.url(f"webhook-{receivers}")
             token = seed.seed_plantstore(url, PLANTS)
             if receivers:
                 subprocess.run([str(VENV_BIN / "plantstore"), "webhooks", "add",
@@ -173,7 +174,8 @@ def measure_webhook(runner, workdir, rounds, started):
             server = start(servers.plantstore(url, workdir, VENV_BIN,
                                               name=f"plantstore-webhook-{receivers}"), started)
             contenders.append(Contender(name, server, token))
-        print("POST /plants with and without a webhook receiver", flush=True)
+        print(f"POST /plants with and without a webhook receiver ({backend.name})",
+              flush=True)
         for contender in contenders:
             runner.run(contender, None, seconds=1)
         results = runner.alternate(contenders, None, rounds)
@@ -254,20 +256,22 @@ def measure_memory(runner, workdir, total, started):
 def measure_webhooks(runner, workdir, rounds, started, only):
     """The webhook measurements ``only`` names (all three when None)."""
     results = {}
-    if only in (None, "webhook"):
-        results["webhook"] = measure_webhook(runner, workdir, rounds, started)
-    if only in (None, "fuse"):
-        results["fuse"] = webhooks.measure_fuse(runner, workdir, started, VENV_BIN,
-                                                env_int("BENCH_FUSE_SECONDS", 15))
-    if only in (None, "worker"):
-        backends = [databases.backend(name, workdir)
-                    for name in databases.chosen(os.environ.get("BENCH_COMPARE") == "1")]
-        try:
+    backends = [databases.backend(name, workdir)
+                for name in databases.chosen(os.environ.get("BENCH_COMPARE") == "1")]
+    try:
+        if only in (None, "webhook"):
+            results["webhook"] = {
+                backend.name: measure_webhook(runner, workdir, rounds, started, backend)
+                for backend in backends}
+        if only in (None, "fuse"):
+            results["fuse"] = webhooks.measure_fuse(runner, workdir, started, VENV_BIN,
+                                                    env_int("BENCH_FUSE_SECONDS", 15))
+        if only in (None, "worker"):
             results["worker"] = webhooks.measure_worker(
                 VENV_BIN, env_int("BENCH_WORKER_DELIVERIES", 5000), backends)
-        finally:
-            for backend in backends:
-                backend.drop_all()
+    finally:
+        for backend in backends:
+            backend.drop_all()
     return results
 
 
