@@ -11,7 +11,7 @@ import pytest
 from helpers import create_plant, wait_until
 from plantstore.db import database, is_sqlite
 from plantstore.models import Attempt, Delivery, Plant, Subscription, User
-from plantstore.webhooks import outbox
+from plantstore.webhooks import lifecycle, outbox
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.dispatch import Dispatcher
 from plantstore.webhooks.worker import Worker
@@ -114,6 +114,26 @@ def test_while_open_workers_send_one_probe_per_cooldown_and_its_success_closes_i
     assert {d.status for d in Delivery.select()} == {Delivery.DELIVERED}
 
 
+def test_enabling_a_subscription_again_closes_its_breaker(client, runner, alice,
+                                                          make_receiver):
+    receiver = make_receiver(Answer(503))
+    subscription_id, _ = subscribe(runner, receiver.url)
+    for plant_id in (1, 2):  # the second failure opens the breaker
+        create_plant(client, alice, plant_id)
+        wait_until(lambda: Attempt.select().count() == plant_id)
+    with database.atomic():
+        lifecycle.disable(subscription_id, lifecycle.FAILING, "failing for too long")
+    receiver.answer = Answer(200)
+
+    assert runner.invoke(args=["webhooks", "enable", str(subscription_id)]).exit_code == 0
+
+    subscription = Subscription.get_by_id(subscription_id)
+    assert (subscription.failure_streak, subscription.breaker_opened_at,
+            subscription.breaker_probe_at) == (0, None, None)
+    create_plant(client, alice, 3)
+    assert json.loads(receiver.wait_for(3)[2].body)["id"] == 3  # attempted by the create
+
+
 @pytest.mark.parametrize("app_config", [{
     "WEBHOOK_CONNECT_TIMEOUT": CONNECT, "WEBHOOK_READ_TIMEOUT": 30,
     "WEBHOOK_SENDS_PER_PROCESS": 2, "WEBHOOK_SENDS_PER_RECEIVER": 2}])
@@ -129,7 +149,9 @@ def test_past_the_cap_a_create_leaves_its_deliveries_to_the_workers_and_holds_no
     wait_until(lambda: Delivery.select().where(Delivery.locked_until.is_null()).count() == 2)
     assert len(hanging.requests) == 2
     database.close()  # this test's own
-    assert not database.obj._in_use  # sender threads wait on receivers without a connection
+    # The outcome writer gives its connection back once the releases are
+    # written; the sender threads wait on the receiver holding none.
+    wait_until(lambda: not database.obj._in_use)
 
 
 def test_a_slow_receiver_does_not_hold_up_another_receivers_deliveries_in_the_worker(

@@ -84,10 +84,13 @@ def disable_if_failing_too_long(subscription_id, settings, now):
 
 
 def enable(subscription_id):
-    """Send to a disabled subscription again; its clock of failure starts anew."""
+    """Send to a disabled subscription again; its clock of failure starts
+    anew, and its circuit breaker closes (the operator or user says the
+    receiver is back: creates attempt it at once again)."""
     with database.atomic():
         (Subscription.update(is_active=True, disabled_reason=None, disabled_at=None,
-                             enabled_at=utcnow())
+                             enabled_at=utcnow(), failure_streak=0,
+                             breaker_opened_at=None, breaker_probe_at=None)
          .where(Subscription.id == subscription_id).execute())
 
 
