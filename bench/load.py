@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 POST_SCRIPT = Path(__file__).with_name("post.lua")
+PACED_POST_SCRIPT = Path(__file__).with_name("post_paced.lua")
 THREADS, CONNECTIONS = 1, 8
 
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}

@@ -69,14 +69,18 @@ class Runner:
         self.wrk, self.seconds = wrk, seconds
         self.next_ids = 10 ** 12
 
-    def run(self, contender, path, seconds=None, connections=load.CONNECTIONS):
-        """One wrk run of a workload (``path`` None means POST /plants)."""
+    def run(self, contender, path, seconds=None, connections=load.CONNECTIONS,
+            pause_ms=None):
+        """One wrk run of a workload (``path`` None means POST /plants, with
+        ``pause_ms`` before each request when given)."""
         seconds = seconds or self.seconds
         if path is None:
             self.next_ids += 10 ** 9
+            script, args = load.POST_SCRIPT, [self.next_ids]
+            if pause_ms is not None:
+                script, args = load.PACED_POST_SCRIPT, [self.next_ids, pause_ms]
             result = load.run(self.wrk, contender.server.url + "/plants", contender.token,
-                              seconds, load.POST_SCRIPT, [self.next_ids],
-                              connections=connections)
+                              seconds, script, args, connections=connections)
         else:
             result = load.run(self.wrk, contender.server.url + path, contender.token, seconds,
                               connections=connections)
@@ -85,12 +89,14 @@ class Runner:
                                  f"(see {contender.server.log_path})")
         return result
 
-    def alternate(self, contenders, path, rounds, connections=load.CONNECTIONS):
+    def alternate(self, contenders, path, rounds, connections=load.CONNECTIONS,
+                  pause_ms=None):
         """A B C A B C ...: ``rounds`` runs each, interleaved; {name: [Result]}."""
         results = {c.name: [] for c in contenders}
         for _ in range(rounds):
             for contender in contenders:
-                result = self.run(contender, path, connections=connections)
+                result = self.run(contender, path, connections=connections,
+                                  pause_ms=pause_ms)
                 results[contender.name].append(result)
                 print(f"  {contender.name:<14} {result.rps:9.0f} req/s   "
                       f"p50 {result.p50_ms:6.2f} ms   p99 {result.p99_ms:7.2f} ms", flush=True)
@@ -155,6 +161,10 @@ def measure_scale(runner, backend, rounds, started, workdir):
     return {"small": small, "large": large, "deep": median_of(deep[contenders[1].name])}
 
 
+PAUSE_MS = 10
+"""The paced create's pause: longer than a create and its sends take."""
+
+
 def measure_webhook(runner, workdir, rounds, started, backend):
     """A create with one receiver answering in ~1 ms against a create with none,
     on ``backend`` (see databases.py)."""
@@ -179,8 +189,10 @@ def measure_webhook(runner, workdir, rounds, started, backend):
         for contender in contenders:
             runner.run(contender, None, seconds=1)
         results = runner.alternate(contenders, None, rounds)
-        print("  ... and one create at a time (latency, not throughput)", flush=True)
+        print("  ... one create at a time, back to back", flush=True)
         one_at_a_time = runner.alternate(contenders, None, rounds, connections=1)
+        print(f"  ... one create every {PAUSE_MS} ms after the last answer", flush=True)
+        paced = runner.alternate(contenders, None, rounds, connections=1, pause_ms=PAUSE_MS)
         for server in (c.server for c in contenders):
             server.stop()
         received = int((subprocess.run(["curl", "-s", f"http://127.0.0.1:{port}/"],
@@ -190,10 +202,13 @@ def measure_webhook(runner, workdir, rounds, started, backend):
         receiver.wait()
     created = sum(r.requests for r in results["one receiver"])
     created += sum(r.requests for r in one_at_a_time["one receiver"])
+    created += sum(r.requests for r in paced["one receiver"])
     return {"none": median_of(results["no receiver"]),
             "one": median_of(results["one receiver"]),
             "none_alone": median_of(one_at_a_time["no receiver"]),
             "one_alone": median_of(one_at_a_time["one receiver"]),
+            "none_paced": median_of(paced["no receiver"]),
+            "one_paced": median_of(paced["one receiver"]),
             "received": received, "created_with_receiver": created}
 
 
