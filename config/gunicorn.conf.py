@@ -92,4 +92,7 @@ post_fork = plantstore_gunicorn.reset_after_fork
 # Metrics: a worker that exited is forgotten; the temporary metrics
 # directory made above is removed when the server stops.
 child_exit = plantstore_gunicorn.forget_exited_worker
+# A worker stopping gracefully lets its webhook attempts under way end (each
+# by its deadline, connect + read timeout) and writes their outcomes.
+worker_exit = plantstore_gunicorn.finish_webhook_attempts
 on_exit = plantstore_gunicorn.remove_owned_metrics_dir

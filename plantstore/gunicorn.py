@@ -22,6 +22,7 @@ import signal
 import sys
 import time
 
+from flask import Flask
 from gunicorn import glogging, util
 from gunicorn.http.errors import LimitRequestLine
 from gunicorn.workers.base import Worker
@@ -29,6 +30,9 @@ from prometheus_client import multiprocess
 
 from . import logs, settings
 from .db import configured_database, database
+from .webhooks.config import dispatcher_of, settings_of
+
+log = logging.getLogger(__name__)
 
 
 class JSONAccessLogger(glogging.Logger):
@@ -190,6 +194,20 @@ def check_configuration():
         configured_database(settings.read())
     except settings.SettingError as error:
         sys.exit(f"Error: {error}")
+
+
+def finish_webhook_attempts(server, worker):
+    """Before a worker exits (gunicorn ``worker_exit``): let its webhook
+    attempts under way end, each by its deadline, and their outcomes be
+    written, so a restart sends nothing again that a receiver already has."""
+    app = getattr(worker, "wsgi", None)
+    if not isinstance(app, Flask):  # the app failed to load: nothing was sent
+        return
+    settings = settings_of(app)
+    if not dispatcher_of(app).drain(settings.send_bound + 1):
+        log.warning(
+            "webhook outcomes still unwritten at exit; their leases will run out "
+            "and the workers retry those deliveries")
 
 
 def forget_exited_worker(server, worker):

@@ -1,19 +1,22 @@
 """The promise: every plant whose create returned 200 reaches every active
 receiver at least once, and no event is sent twice at once. Workers racing
 on one database, leases left by a process that died, a receiver that was
-down, a worker stopped by a signal, and a gunicorn SIGKILLed mid-burst."""
+down, a worker stopped by a signal, a gunicorn SIGKILLed mid-burst, and a
+gunicorn worker stopping while an attempt is under way."""
 import json
 import os
 import signal
 import subprocess
 import threading
 import time
+import types
 from collections import Counter
 
 import pytest
 
 from helpers import PLANTSTORE, REPO, create_plant, free_port, plantstore_env, run_plantstore
 from plantstore.db import database
+from plantstore.gunicorn import finish_webhook_attempts
 from plantstore.models import Attempt, Delivery, Plant, User
 from plantstore.webhooks import outbox
 from plantstore.webhooks.config import settings_of
@@ -197,3 +200,17 @@ def test_every_create_answered_200_reaches_the_receiver_after_gunicorn_is_sigkil
     committed = {plant.id for plant in Plant.select(Plant.id)}
     assert set(answered_200) <= committed <= reached
     assert {d.status for d in Delivery.select()} == {Delivery.DELIVERED}
+
+
+
+def test_a_gunicorn_worker_that_stops_first_lets_its_attempts_end_and_records_them(
+        app, client, runner, alice, make_receiver):
+    receiver = make_receiver(Answer(200, delay=0.3))  # within SHORT_LEASES' timeouts
+    subscribe(runner, receiver.url)
+    create_plant(client, alice, 1)
+    receiver.wait_for(1)  # the create's attempt is under way, its answer 0.3 s away
+
+    finish_webhook_attempts(server=None, worker=types.SimpleNamespace(wsgi=app))
+
+    delivery = Delivery.get()
+    assert delivery.status == Delivery.DELIVERED and delivery.locked_until is None
