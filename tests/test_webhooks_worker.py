@@ -19,8 +19,8 @@ from plantstore.db import database
 from plantstore.gunicorn import finish_webhook_attempts
 from plantstore.models import Attempt, Delivery, Plant, User
 from plantstore.webhooks import outbox
-from plantstore.webhooks.config import settings_of
 from plantstore.webhooks import worker as worker_module
+from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.worker import Worker, claim_due
 from plugins.servers import create_until_sigkilled
 from plugins.webhooks import (SHORT_LEASES, Answer, run_worker, sleep_until, subscribe,
@@ -202,8 +202,7 @@ def test_every_create_answered_200_reaches_the_receiver_after_gunicorn_is_sigkil
     assert {d.status for d in Delivery.select()} == {Delivery.DELIVERED}
 
 
-
-def test_a_gunicorn_worker_that_stops_first_lets_its_attempts_end_and_records_them(
+def test_a_stopping_gunicorn_worker_lets_its_attempts_end_and_records_them(
         app, client, runner, alice, make_receiver):
     receiver = make_receiver(Answer(200, delay=0.3))  # within SHORT_LEASES' timeouts
     subscribe(runner, receiver.url)
