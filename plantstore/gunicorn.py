@@ -30,9 +30,7 @@ from prometheus_client import multiprocess
 
 from . import logs, settings
 from .db import configured_database, database
-from .webhooks.config import dispatcher_of, settings_of
-
-log = logging.getLogger(__name__)
+from .webhooks.config import dispatcher_of
 
 
 class JSONAccessLogger(glogging.Logger):
@@ -203,11 +201,7 @@ def finish_webhook_attempts(server, worker):
     app = getattr(worker, "wsgi", None)
     if not isinstance(app, Flask):  # the app failed to load: nothing was sent
         return
-    settings = settings_of(app)
-    if not dispatcher_of(app).drain(settings.send_bound + 1):
-        log.warning(
-            "webhook outcomes still unwritten at exit; their leases will run out "
-            "and the workers retry those deliveries")
+    dispatcher_of(app).finish()
 
 
 def forget_exited_worker(server, worker):

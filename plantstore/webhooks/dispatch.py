@@ -34,6 +34,10 @@ GATHER_SECONDS = 0.005
 to end, so that their outcomes share its transaction (it never waits when
 none are): it holds its receiver's slot until written."""
 
+FINISH_MARGIN_SECONDS = 10
+"""How long past the attempt deadline a stopping process waits for the
+outcomes of its last attempts to be written."""
+
 LINGER_SECONDS = 0.02
 """Longest delivered attempts' outcomes (and leases given back) wait for
 others to share their transaction; their slots are free already, and their
@@ -234,6 +238,15 @@ class Dispatcher:
         False if ``timeout`` seconds passed first."""
         with self._changed:
             return self._changed.wait(timeout)
+
+    def finish(self):
+        """Before the process stops: wait for the attempts under way (each ends
+        by its deadline) and their outcomes, at most the deadline plus
+        FINISH_MARGIN_SECONDS. Outcomes left unwritten are logged: their
+        leases run out and the workers retry those deliveries."""
+        if not self.drain(self.settings.send_bound + FINISH_MARGIN_SECONDS):
+            log.warning("webhook outcomes still unwritten at exit; their leases will "
+                        "run out and the workers retry those deliveries")
 
     def drain(self, timeout):
         """Wait for the attempts under way and their outcomes; False on timeout."""

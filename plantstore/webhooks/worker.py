@@ -213,9 +213,7 @@ class Worker:
     def _finish(self):
         """Wait for attempts under way (they end by their deadline) and their outcomes."""
         try:
-            if not self.dispatcher.drain(self.settings.send_bound + 10):
-                log.warning("webhook worker: outcomes still unwritten at exit; their "
-                            "leases will run out and the deliveries be retried")
+            self.dispatcher.finish()
         finally:
             database.close()
 
