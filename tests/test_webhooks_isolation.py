@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+import requests
 
 from helpers import create_plant, wait_until
 from plantstore.db import database, is_sqlite
@@ -44,6 +45,30 @@ def test_a_trickling_receiver_is_cut_off_at_the_deadline_and_the_socket_closed(
     assert len(receiver.accepted) == 1  # nobody sent it again meanwhile
     delivery = Delivery.get()
     assert delivery.status == Delivery.PENDING and delivery.locked_until is None
+
+
+def test_a_deadline_passing_after_the_answer_was_read_cuts_nothing(
+        client, runner, alice, make_receiver, monkeypatch):
+    """The sending thread stalls right after its connection went back to the
+    pool, past the attempt's deadline: the answer still counts, and the next
+    attempt takes that kept-alive connection intact."""
+    receiver = make_receiver()
+    subscribe(runner, receiver.url)
+    close = requests.Response.close
+
+    def close_then_stall(response):
+        close(response)
+        time.sleep(BOUND + 0.5)
+    monkeypatch.setattr(requests.Response, "close", close_then_stall)
+    create_plant(client, alice, 1)
+    wait_until(lambda: Attempt.select().count() == 1, timeout=BOUND + 5)
+    monkeypatch.undo()
+    create_plant(client, alice, 2)
+    wait_until(lambda: Attempt.select().count() == 2)
+
+    assert [(a.status_code, a.error) for a in Attempt.select()] == [(200, None)] * 2
+    first, second = receiver.requests
+    assert second.client_port == first.client_port
 
 
 def test_no_worker_sends_an_event_again_while_its_first_attempt_is_open(

@@ -38,6 +38,13 @@ def payload_id(received):
     return json.loads(received.body)["id"]
 
 
+def attempts_of_undelivered():
+    """What the attempts at deliveries not yet delivered gave, for a failure's message."""
+    return [(attempt.delivery_id, attempt.started_at, attempt.status_code, attempt.error)
+            for attempt in Attempt.select().join(Delivery)
+            .where(Delivery.status != Delivery.DELIVERED).order_by(Attempt.id)]
+
+
 # Every create's own attempt must be made (and fail): no cap or breaker in the way.
 @pytest.mark.app_config({**SHORT_LEASES, "WORKER_BATCH_SIZE": 2, "WEBHOOK_BREAKER_THRESHOLD": 100,
                          "WEBHOOK_SENDS_PER_PROCESS": 32, "WEBHOOK_SENDS_PER_RECEIVER": 32})
@@ -67,7 +74,7 @@ def test_two_workers_at_once_deliver_each_event_exactly_once(
 
     delivered = Counter(got.headers["webhook-id"] for got, answer
                         in zip(receiver.requests, receiver.answers) if answer.status == 200)
-    assert len(delivered) == events and set(delivered.values()) == {1}
+    assert len(delivered) == events and set(delivered.values()) == {1}, attempts_of_undelivered()
     assert len(tallies) == 2 and all(tally["delivered"] > 0 for tally in tallies), tallies
     assert sum(tally["delivered"] for tally in tallies) == events
     assert Attempt.select().count() == 2 * events

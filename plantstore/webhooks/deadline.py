@@ -49,6 +49,9 @@ class _Attempt:
                     pass  # already closed by its connection
 
     def end(self):
+        """The attempt is over: its deadline no longer cuts its sockets. Call
+        it before a connection goes back to the pool, where another attempt
+        may take it."""
         with self.lock:
             self.ended = True
 
@@ -97,6 +100,8 @@ def attempt_deadline(seconds):
     """Cut off every connection this thread uses for an attempt after ``seconds``.
 
     Yields the attempt; its ``cut`` tells whether the deadline cut it off.
+    End it (``attempt.end()``) as soon as the answer is read, before the
+    connection is given back to the pool.
     """
     attempt = _Attempt(time.monotonic() + seconds)
     _current.attempt = attempt

@@ -145,6 +145,7 @@ def send(job, settings):
             try:
                 body = _read_capped(response, settings.max_response_bytes)
             finally:
+                attempt.end()  # before its connection goes back to the pool
                 response.close()
         except requests.Timeout:
             return SendResult(started_at, elapsed_ms(),

@@ -110,6 +110,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # a burst of connects waits to be accepted, as at real servers
 
     def handle_error(self, request, client_address):
         """Say nothing when a sender hangs up: tests provoke it on purpose."""
