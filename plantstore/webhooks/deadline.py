@@ -72,8 +72,9 @@ class _Watchdog:
                 self._pid = os.getpid()
                 threading.Thread(target=self._run, name="webhook-deadline",
                                  daemon=True).start()
+            if not self._heap or attempt.deadline < self._heap[0][0]:
+                self._changed.notify()  # else it wakes earlier anyway, for the first deadline
             heapq.heappush(self._heap, (attempt.deadline, next(self._order), attempt))
-            self._changed.notify()
 
     def _run(self):
         while True:

@@ -28,7 +28,7 @@ from ..models import Delivery, Subscription, utcnow
 from . import lifecycle
 from .dispatch import Dispatcher
 from .breaker import is_open
-from .jobs import job_for, jobs_for_ids
+from .jobs import JOB_COLUMNS, job_for, jobs_for_ids
 from .outcomes import commit_without_flush
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def claim_due(limit, settings, due_by=None, room=None):
     full = [sid for sid, left in room.items() if left <= 0]
     with database.atomic():
         commit_without_flush()  # a lease lost in a crash only frees the rows early
-        query = (Delivery.select(Delivery, Subscription)
+        query = (Delivery.select(*JOB_COLUMNS)
                  .join(Subscription)
                  .where(Delivery.status == Delivery.PENDING,
                         Delivery.next_attempt_at <= (due_by or now),
