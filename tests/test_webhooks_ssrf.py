@@ -2,6 +2,8 @@
 checked at registration and again at every send, on the checked address."""
 import ipaddress
 import socket
+import threading
+import time
 
 import pytest
 import requests
@@ -12,6 +14,25 @@ from plantstore.webhooks import ssrf
 from plugins.webhooks import Answer, subscribe, verify, wait_for_attempts
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
+LOOKUP_SECONDS = 0.5
+
+
+@pytest.fixture
+def dns(monkeypatch):
+    """A resolver the test steers: ``dns.answers[name] = address`` answers
+    a name, and lookups of the names in ``dns.hanging`` never end (until the
+    test does), like a DNS server that never answers."""
+    real, released = socket.getaddrinfo, threading.Event()
+    steer = type("Dns", (), {"answers": {}, "hanging": set()})()
+
+    def resolve(host, *args, **kwargs):
+        if host in steer.hanging:
+            released.wait(60)
+            raise socket.gaierror("the resolver gave up")
+        return real(steer.answers.get(host, host), *args, **kwargs)
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    yield steer
+    released.set()
 
 REFUSED_HOSTS = [
     # loopback
@@ -52,6 +73,27 @@ def test_a_host_that_does_not_resolve_is_400(client, alice, url):
     response = client.post("/webhooks", json={"url": url}, headers=bearer(alice))
     body = assert_error(response, 400)
     assert "does not resolve" in body["details"]["url"][0]
+
+
+@pytest.mark.app_config({"WEBHOOK_CONNECT_TIMEOUT": LOOKUP_SECONDS})
+def test_a_name_whose_lookup_never_ends_is_refused_within_the_connect_timeout(
+        client, alice, dns, monkeypatch):
+    # More names than the lookups one process runs at once (2 here): the
+    # last ones find them all taken by names the resolver never answers.
+    monkeypatch.setattr(ssrf, "_lookups", threading.BoundedSemaphore(2))
+    for name in range(4):
+        dns.hanging.add(f"n{name}.test")
+        started = time.monotonic()
+        response = client.post("/webhooks", json={"url": f"http://n{name}.test/hook"},
+                               headers=bearer(alice))
+        assert time.monotonic() - started < LOOKUP_SECONDS + 0.5
+        [refusal] = assert_error(response, 400)["details"]["url"]
+        assert f"did not resolve within {LOOKUP_SECONDS:g}s" in refusal
+    # Addresses need no lookup, and the API goes on answering.
+    assert client.post("/webhooks", json={"url": "http://8.8.8.8/hook"},
+                       headers=bearer(alice)).status_code == 201
+    assert client.get("/plants", headers=bearer(alice)).status_code == 200
+    assert Subscription.select().count() == 1
 
 
 @pytest.mark.parametrize("url", ["http://8.8.8.8/hook", "https://1.1.1.1:8443/x",
@@ -180,3 +222,23 @@ class TestPinnedConnection:
         assert elsewhere.requests == []
         [attempt] = Attempt.select()
         assert attempt.status_code == 302 and "not followed" in attempt.error
+
+
+@pytest.mark.app_config({"WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8", "WEBHOOK_RETRY_SCHEDULE": "",
+                         "WEBHOOK_CONNECT_TIMEOUT": LOOKUP_SECONDS})
+def test_a_send_whose_lookup_never_ends_fails_within_the_connect_timeout(
+        client, alice, make_receiver, dns):
+    receiver = make_receiver()
+    dns.answers["slow.test"] = "127.0.0.1"
+    created = client.post("/webhooks", json={"url": f"http://slow.test:{receiver.port}/hook"},
+                          headers=bearer(alice))
+    assert created.status_code == 201, created.data
+    dns.hanging.add("slow.test")
+
+    client.post("/plants", json={"id": 1, "name": "fern"}, headers=bearer(alice))
+
+    wait_for_attempts(1)
+    [attempt] = Attempt.select()
+    assert f"did not resolve within {LOOKUP_SECONDS:g}s" in attempt.error, attempt.error
+    assert attempt.duration_ms < (LOOKUP_SECONDS + 0.5) * 1000
+    assert receiver.requests == []

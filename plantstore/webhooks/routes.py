@@ -70,7 +70,8 @@ def create_subscription(new):
     hold as many subscriptions as the operator allows.
     """
     settings = settings_of(current_app)
-    refusal = ssrf.check_url(new["url"], ssrf.Policy(settings.allowed_networks))
+    refusal = ssrf.check_url(new["url"], ssrf.Policy(settings.allowed_networks,
+                                                     settings.connect_timeout))
     if refusal:
         abort(400, messages={"json": {"url": [refusal]}})
     most = current_app.config["WEBHOOK_MAX_PER_USER"]

@@ -136,8 +136,8 @@ def send(job, settings):
 
     with attempt_deadline(settings.send_bound) as attempt:
         try:
-            http = (ssrf.adapter(settings.allowed_networks, pool_connections=256,
-                                 pool_maxsize=RECEIVER_POOL_CONNECTIONS)
+            http = (ssrf.adapter(settings.allowed_networks, settings.connect_timeout,
+                                 pool_connections=256, pool_maxsize=RECEIVER_POOL_CONNECTIONS)
                     if job.restricted else adapter())
             response = http.send(
                 _prepared(job.url, headers, job.payload.encode("utf-8")),

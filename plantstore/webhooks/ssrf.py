@@ -6,7 +6,8 @@ trick and that resolves only to addresses ``Policy.permits``. At every send,
 ``PinnedAddressAdapter`` resolves and checks again and connects to the
 address it checked (keeping the Host header and the TLS server name and
 certificate check on the URL's host), so DNS cannot change the answer
-between check and connect.
+between check and connect. Every lookup is given up after a timeout (the
+connect timeout), so a name whose DNS never answers holds no one (``lookup``).
 
 ``requests-hardened`` was evaluated first: it checks only the first address
 a name resolves to and can allow loopback but no other network, so it
@@ -18,6 +19,7 @@ import os
 import re
 import socket
 import threading
+import time
 from urllib.parse import urlsplit
 
 import requests
@@ -26,6 +28,12 @@ from requests.structures import CaseInsensitiveDict
 from .deadline import DeadlineAdapter
 
 MAX_URL_LENGTH = 2000
+
+LOOKUPS_AT_ONCE = 32
+"""Most host-name lookups one process runs at once. A lookup is given up
+at its timeout, but its thread stays with the system resolver until that
+answers or gives up (its own timeout and retries, see resolv.conf); past
+this many, further lookups wait for a free one within their own timeout."""
 
 # Not public, whatever ipaddress.is_global says on this Python: the issue's
 # ranges, named so a reader can check them against it.
@@ -63,12 +71,62 @@ class ForbiddenAddress(requests.ConnectionError):
     """The receiver's host is, or resolves to, an address webhooks may not reach."""
 
 
+class LookupTimeout(socket.gaierror):
+    """The system resolver did not answer within the lookup's timeout."""
+
+
+_lookups = threading.BoundedSemaphore(LOOKUPS_AT_ONCE)
+
+
+def _new_lookups_in_child():
+    global _lookups
+    _lookups = threading.BoundedSemaphore(LOOKUPS_AT_ONCE)
+
+
+os.register_at_fork(after_in_child=_new_lookups_in_child)
+
+
+def lookup(host, port, timeout):
+    """``socket.getaddrinfo`` for a TCP connection to ``host``, given up after
+    ``timeout`` seconds (``LookupTimeout``): a name whose DNS never answers
+    holds neither the caller nor more than one lookup thread."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:  # an address literal: nothing to ask a resolver
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    deadline = time.monotonic() + timeout
+    if not _lookups.acquire(timeout=timeout):
+        raise LookupTimeout(f"{host} did not resolve within {timeout:g}s "
+                            f"({LOOKUPS_AT_ONCE} lookups already waiting on the resolver)")
+    answer, done = {}, threading.Event()
+    lookups = _lookups
+
+    def run():
+        try:
+            answer["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except Exception as error:
+            answer["error"] = error
+        finally:
+            lookups.release()
+            done.set()
+    threading.Thread(target=run, name="webhook-lookup", daemon=True).start()
+    if not done.wait(max(0.0, deadline - time.monotonic())):
+        raise LookupTimeout(f"{host} did not resolve within {timeout:g}s")
+    if "error" in answer:
+        raise answer["error"]
+    return answer["infos"]
+
+
 class Policy:
     """Which addresses API subscriptions may reach: public unicast ones, and
-    those inside the operator's ``allowed`` networks."""
+    those inside the operator's ``allowed`` networks. Names are looked up
+    within ``lookup_seconds``."""
 
-    def __init__(self, allowed=()):
+    def __init__(self, allowed=(), lookup_seconds=2.0):
         self.allowed = tuple(allowed)
+        self.lookup_seconds = lookup_seconds
 
     def permits(self, address):
         """True when ``address`` (an ipaddress address) may be connected to.
@@ -88,9 +146,10 @@ class Policy:
         """The addresses ``host`` resolves to, if every one is permitted.
 
         Raises ``ForbiddenAddress`` naming the refused address, or
-        ``socket.gaierror`` when the host does not resolve.
+        ``socket.gaierror`` when the host does not resolve (``LookupTimeout``
+        when not within ``lookup_seconds``).
         """
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = lookup(host, port, self.lookup_seconds)
         addresses = []
         for family, _, _, _, sockaddr in infos:
             if family not in (socket.AF_INET, socket.AF_INET6):
@@ -142,6 +201,9 @@ def check_url(url, policy):
         policy.resolve(host, port or (443 if parts.scheme == "https" else 80))
     except ForbiddenAddress as error:
         return f"Must reach a public address: {error}."
+    except LookupTimeout:
+        return (f"The host {host!r} did not resolve within {policy.lookup_seconds:g}s; "
+                "try again later.")
     except (socket.gaierror, UnicodeError):
         return f"The host {host!r} does not resolve."
     return None
@@ -169,6 +231,8 @@ class PinnedAddressAdapter(DeadlineAdapter):
             raise ForbiddenAddress(f"{host} is a numeric host that is not an address")
         try:
             address = self.policy.resolve(host, port)[0]
+        except LookupTimeout as error:
+            raise requests.ConnectionError(str(error)) from None
         except (socket.gaierror, UnicodeError) as error:
             raise requests.ConnectionError(f"{host} does not resolve ({error})") from None
         request.headers = CaseInsensitiveDict(request.headers)
@@ -184,15 +248,16 @@ class PinnedAddressAdapter(DeadlineAdapter):
 
 
 _adapters_lock = threading.Lock()
-_adapters = {}  # (pid, allowed) -> adapter
+_adapters = {}  # (pid, policy's allowed networks and lookup timeout) -> adapter
 
 
-def adapter(allowed, **pool):
+def adapter(allowed, lookup_seconds, **pool):
     """This process's adapter for API subscriptions under the networks
     ``allowed`` (a forked child builds its own, as for the sender's)."""
-    key = (os.getpid(), allowed)
+    key = (os.getpid(), allowed, lookup_seconds)
     with _adapters_lock:
         current = _adapters.get(key)
         if current is None:
-            current = _adapters[key] = PinnedAddressAdapter(Policy(allowed), **pool)
+            current = _adapters[key] = PinnedAddressAdapter(
+                Policy(allowed, lookup_seconds), **pool)
         return current
