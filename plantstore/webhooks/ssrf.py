@@ -111,7 +111,11 @@ def lookup(host, port, timeout):
         finally:
             lookups.release()
             done.set()
-    threading.Thread(target=run, name="webhook-lookup", daemon=True).start()
+    try:
+        threading.Thread(target=run, name="webhook-lookup", daemon=True).start()
+    except RuntimeError:  # no thread to be had: the lookup never ran
+        lookups.release()
+        raise
     if not done.wait(max(0.0, deadline - time.monotonic())):
         raise LookupTimeout(f"{host} did not resolve within {timeout:g}s")
     if "error" in answer:
