@@ -4,11 +4,10 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 
 import pytest
 
-from helpers import assert_error, bearer, free_port
+from helpers import assert_error, bearer, free_port, wait_until
 from plantstore import create_app, db
 from plantstore.auth import issue_token
 from plantstore.models import User
@@ -99,10 +98,8 @@ def test_a_restarted_postgresql_is_a_503_meanwhile_then_served_again(throwaway_p
     assert_unavailable(client.get("/readyz"))
 
     throwaway_postgres.start()
-    deadline = time.monotonic() + 30
-    while client.get("/plants", headers=bearer(secret)).status_code != 200:
-        assert time.monotonic() < deadline, "service did not resume after the restart"
-        time.sleep(0.2)
+    wait_until(lambda: client.get("/plants", headers=bearer(secret)).status_code == 200,
+               timeout=30, interval=0.2, message="service resuming after the restart")
     assert client.get("/plants", headers=bearer(secret)).get_json() == [{"name": "Fern"}]
     assert client.get("/readyz").status_code == 200
     db.database.close_all()

@@ -9,7 +9,7 @@ import pytest
 import redis
 import requests
 
-from helpers import assert_error, bearer, free_port
+from helpers import assert_error, bearer, free_port, wait_until
 
 SHARED_REDIS = "redis://127.0.0.1:6379/7"  # this suite's own database number
 RATE_HEADERS = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
@@ -136,19 +136,18 @@ class OwnRedis:
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
              "--save", "", "--appendonly", "no"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port, socket_timeout=1)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-            finally:
-                client.close()
+        wait_until(self.answers, interval=0.05, message="redis-server answering")
         return self
+
+    def answers(self):
+        """Whether the server answers a PING."""
+        client = redis.Redis(port=self.port, socket_timeout=1)
+        try:
+            return client.ping()
+        except redis.ConnectionError:
+            return False
+        finally:
+            client.close()
 
     def stop(self):
         if self.process and self.process.poll() is None:
@@ -225,9 +224,7 @@ def test_redis_going_away_fails_open_and_limits_resume_when_it_is_back(
     assert "rate limit storage unreachable" in server.output()
 
     own_redis.start()  # same port, empty: a fresh window
-    deadline = time.monotonic() + 15
-    while "X-RateLimit-Limit" not in _get(server, alice).headers:
-        assert time.monotonic() < deadline, "limits did not resume"
-        time.sleep(0.2)
+    wait_until(lambda: "X-RateLimit-Limit" in _get(server, alice).headers,
+               timeout=15, interval=0.2, message="limits resuming")
     statuses = [_get(server, alice).status_code for _ in range(8)]
     assert statuses.count(429) >= 4  # at most the 3 allowed, less those spent above

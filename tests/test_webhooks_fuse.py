@@ -11,7 +11,7 @@ import time
 import pytest
 import requests
 
-from helpers import PLANTSTORE, REPO, bearer, plantstore_env
+from helpers import PLANTSTORE, REPO, bearer, plantstore_env, wait_until
 from plantstore.models import Delivery
 from plugins.webhooks import HEADERS_TRICKLED, Answer, subscribe
 
@@ -92,10 +92,10 @@ def test_sigterm_stops_a_worker_within_one_attempts_deadline(
     worker = subprocess.Popen([PLANTSTORE, "worker"], cwd=REPO, env=environment(database_url),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while len(receiver.accepted) < 2:  # the create's attempt, then the worker's
-            assert time.monotonic() < deadline and worker.poll() is None
-            time.sleep(0.02)
+        # The create's attempt, then the worker's.
+        wait_until(lambda: len(receiver.accepted) >= 2 or worker.poll() is not None,
+                   timeout=30, message="the worker's attempt")
+        assert worker.poll() is None
         signalled = time.monotonic()
         worker.send_signal(signal.SIGTERM)
         worker.communicate(timeout=30)

@@ -4,12 +4,11 @@ rotated-out secrets. The clock is moved by rewriting stored times."""
 import datetime
 import json
 import threading
-import time
 
 import pytest
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from helpers import bearer, create_plant
+from helpers import bearer, create_plant, wait_until
 from plantstore import db
 from plantstore.models import Attempt, Delivery, Subscription, utcnow
 from plantstore.webhooks import secrets
@@ -170,9 +169,8 @@ def test_the_worker_purges_past_retention_in_small_batches(app, runner, monkeypa
         thread = threading.Thread(target=worker.run_forever)
         thread.start()
         try:
-            deadline = time.monotonic() + 20
-            while len(remaining()) > 1 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda: len(remaining()) <= 1, timeout=20, interval=0.05,
+                       message="the purge")
         finally:
             worker.stop()
             thread.join(timeout=20)
