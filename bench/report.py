@@ -207,18 +207,17 @@ def _webhook(per_backend):
         "| database | subscriptions | load | req/s | p50 ms | p99 ms |",
         "|---|---|---|---|---|---|",
     ]
-    loads = (("paced", "paced"), ("back to back", "alone"), ("8 connections", ""))
+    loads = (("paced", "_paced"), ("back to back", "_alone"), ("8 connections", ""))
     verdicts = []
     for backend, webhook in per_backend.items():
         title = BACKEND_TITLES[backend]
+        ratios = []
         for load_name, suffix in loads:
-            for label, prefix in (("none", "none"), ("one receiver", "one")):
-                rps, p50, p99 = webhook[f"{prefix}_{suffix}" if suffix else prefix]
+            none, one = webhook["none" + suffix], webhook["one" + suffix]
+            for label, (rps, p50, p99) in (("none", none), ("one receiver", one)):
                 lines.append(f"| {title} | {label} | {load_name} | {rps:,.0f} | "
                              f"{p50:.2f} | {p99:.2f} |")
-        ratios = [webhook[f"one_{suffix}" if suffix else "one"][1]
-                  / webhook[f"none_{suffix}" if suffix else "none"][1]
-                  for _, suffix in loads]
+            ratios.append(one[1] / none[1])
         verdicts.append(
             f"{title}: p50 with one receiver / with none **{ratios[0]:.2f}x** paced "
             f"(target <= {WEBHOOK_TARGET}x: {_verdict(ratios[0] <= WEBHOOK_TARGET)}), "

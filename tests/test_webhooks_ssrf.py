@@ -80,7 +80,8 @@ def test_a_name_whose_lookup_never_ends_is_refused_within_the_connect_timeout(
         client, alice, dns, monkeypatch):
     # More names than the lookups one process runs at once (2 here): the
     # last ones find them all taken by names the resolver never answers.
-    monkeypatch.setattr(ssrf, "_lookups", threading.BoundedSemaphore(2))
+    monkeypatch.setattr(ssrf, "LOOKUPS_AT_ONCE", 2)
+    monkeypatch.setattr(ssrf, "_resolver", (None, None))
     for name in range(4):
         dns.hanging.add(f"n{name}.test")
         started = time.monotonic()

@@ -55,12 +55,10 @@ def disable(subscription_id, kind, reason, now=None):
     log.warning("webhook subscription %s disabled: %s", subscription_id, reason)
 
 
-def changes(results, now):
-    """The subscription columns the ``results`` of its attempts change: the
-    time of its last success, when one succeeded."""
-    if any(result.ok for result in results):
-        return {Subscription.last_success_at: now}
-    return {}
+def changes(succeeded, now):
+    """The subscription columns a batch of its attempts changes: the time of
+    its last success, when one ``succeeded``."""
+    return {Subscription.last_success_at: now} if succeeded else {}
 
 
 def disable_if_failing_too_long(subscription_id, settings, now):

@@ -121,10 +121,11 @@ def _write(attempts, settings, now):
     if logged:
         Attempt.insert_many(logged).as_rowcount().execute()
     for subscription_id, results in by_receiver.items():
-        changes = {**breaker.changes(results, settings, now), **lifecycle.changes(results, now)}
+        succeeded = any(result.ok for result in results)
+        changes = {**breaker.changes(results, settings, now), **lifecycle.changes(succeeded, now)}
         if changes:
             Subscription.update(changes).where(Subscription.id == subscription_id).execute()
-        if not any(result.ok for result in results):
+        if not succeeded:
             lifecycle.disable_if_failing_too_long(subscription_id, settings, now)
     for (job, _, _), kind in zip(attempts, kinds):
         if kind == GONE:

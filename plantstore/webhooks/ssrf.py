@@ -14,12 +14,12 @@ a name resolves to and can allow loopback but no other network, so it
 covers neither "resolves only to public addresses" nor the operator's
 allowlist (``PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS``).
 """
+import concurrent.futures
 import ipaddress
 import os
 import re
 import socket
 import threading
-import time
 from urllib.parse import urlsplit
 
 import requests
@@ -30,10 +30,11 @@ from .deadline import DeadlineAdapter
 MAX_URL_LENGTH = 2000
 
 LOOKUPS_AT_ONCE = 32
-"""Most host-name lookups one process runs at once. A lookup is given up
-at its timeout, but its thread stays with the system resolver until that
-answers or gives up (its own timeout and retries, see resolv.conf); past
-this many, further lookups wait for a free one within their own timeout."""
+"""Lookup threads per process. A lookup is given up at its timeout, but its
+thread stays with the system resolver until that answers or gives up (its
+own timeout and retries, see resolv.conf), and a process that stops waits
+for it; meanwhile further lookups queue for a thread, within their own
+timeout."""
 
 # Not public, whatever ipaddress.is_global says on this Python: the issue's
 # ranges, named so a reader can check them against it.
@@ -75,15 +76,20 @@ class LookupTimeout(socket.gaierror):
     """The system resolver did not answer within the lookup's timeout."""
 
 
-_lookups = threading.BoundedSemaphore(LOOKUPS_AT_ONCE)
+_resolver_lock = threading.Lock()
+_resolver = (None, None)  # (pid, the lookup threads' executor)
 
 
-def _new_lookups_in_child():
-    global _lookups
-    _lookups = threading.BoundedSemaphore(LOOKUPS_AT_ONCE)
-
-
-os.register_at_fork(after_in_child=_new_lookups_in_child)
+def _resolver_of_this_process():
+    """This process's lookup threads (a forked child starts its own)."""
+    global _resolver
+    with _resolver_lock:
+        pid, executor = _resolver
+        if pid != os.getpid():
+            executor = concurrent.futures.ThreadPoolExecutor(
+                LOOKUPS_AT_ONCE, thread_name_prefix="webhook-lookup")
+            _resolver = (os.getpid(), executor)
+        return executor
 
 
 def lookup(host, port, timeout):
@@ -96,31 +102,13 @@ def lookup(host, port, timeout):
         pass
     else:  # an address literal: nothing to ask a resolver
         return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    deadline = time.monotonic() + timeout
-    if not _lookups.acquire(timeout=timeout):
-        raise LookupTimeout(f"{host} did not resolve within {timeout:g}s "
-                            f"({LOOKUPS_AT_ONCE} lookups already waiting on the resolver)")
-    answer, done = {}, threading.Event()
-    lookups = _lookups
-
-    def run():
-        try:
-            answer["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except Exception as error:
-            answer["error"] = error
-        finally:
-            lookups.release()
-            done.set()
+    future = _resolver_of_this_process().submit(socket.getaddrinfo, host, port,
+                                                type=socket.SOCK_STREAM)
     try:
-        threading.Thread(target=run, name="webhook-lookup", daemon=True).start()
-    except RuntimeError:  # no thread to be had: the lookup never ran
-        lookups.release()
-        raise
-    if not done.wait(max(0.0, deadline - time.monotonic())):
-        raise LookupTimeout(f"{host} did not resolve within {timeout:g}s")
-    if "error" in answer:
-        raise answer["error"]
-    return answer["infos"]
+        return future.result(timeout)
+    except concurrent.futures.TimeoutError:
+        future.cancel()  # if still queued behind lookups the resolver holds
+        raise LookupTimeout(f"{host} did not resolve within {timeout:g}s") from None
 
 
 class Policy:

@@ -26,8 +26,8 @@ from ..db import database, is_sqlite
 from ..idempotency import purge_expired_keys
 from ..models import Delivery, Subscription, utcnow
 from . import lifecycle
-from .dispatch import Dispatcher
 from .breaker import is_open
+from .dispatch import Dispatcher
 from .jobs import JOB_COLUMNS, job_for, jobs_for_ids
 from .outcomes import commit_without_flush
 
