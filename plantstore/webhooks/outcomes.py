@@ -15,8 +15,8 @@ import random
 
 from .. import metrics
 from ..db import database, is_sqlite
-from ..models import Attempt, Delivery, Subscription, utcnow
-from . import breaker, lifecycle
+from ..models import Delivery, Subscription, utcnow
+from . import breaker, lifecycle, queue_queries
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +82,7 @@ def _mark_delivered(jobs, now):
         by_lease[job.leased_until].append(job.delivery_id)
     held = set()
     for lease, ids in by_lease.items():
-        query = (Delivery.update(status=Delivery.DELIVERED, attempts=Delivery.attempts + 1,
-                                 last_error=None, delivered_at=now, locked_until=None)
-                 .where(Delivery.id.in_(ids), Delivery.locked_until == lease)
-                 .returning(Delivery.id))
-        held.update(row.id for row in query.execute())
+        held |= queue_queries.mark_delivered(ids, lease, now)
     return held
 
 
@@ -114,12 +110,11 @@ def _write(attempts, settings, now):
         kinds.append(outcome.kind if held else None)
         if not held:
             continue
-        logged.append({"delivery": job.delivery_id, "started_at": result.started_at,
-                       "status_code": result.status_code, "error": result.error,
-                       "duration_ms": result.duration_ms})
+        logged.append((job.delivery_id, result.started_at, result.status_code,
+                       result.error, result.duration_ms))
         by_receiver[job.subscription_id].append(result)
     if logged:
-        Attempt.insert_many(logged).as_rowcount().execute()
+        queue_queries.log_attempts(logged)
     for subscription_id, results in by_receiver.items():
         succeeded = any(result.ok for result in results)
         changes = {**breaker.changes(results, settings, now), **lifecycle.changes(succeeded, now)}

@@ -22,13 +22,12 @@ import logging
 import threading
 import time
 
-from ..db import database, is_sqlite
+from ..db import database
 from ..idempotency import purge_expired_keys
 from ..models import Delivery, Subscription, utcnow
-from . import lifecycle
-from .breaker import is_open
+from . import lifecycle, queue_queries
 from .dispatch import Dispatcher
-from .jobs import JOB_COLUMNS, job_for, jobs_for_ids
+from .jobs import JobRow, job_from_row, job_of
 from .outcomes import commit_without_flush
 
 log = logging.getLogger(__name__)
@@ -72,38 +71,22 @@ def claim_due(limit, settings, due_by=None, room=None):
     full = [sid for sid, left in room.items() if left <= 0]
     with database.atomic():
         commit_without_flush()  # a lease lost in a crash only frees the rows early
-        query = (Delivery.select(*JOB_COLUMNS)
-                 .join(Subscription)
-                 .where(Delivery.status == Delivery.PENDING,
-                        Delivery.next_attempt_at <= (due_by or now),
-                        _lease_free(now),
-                        Subscription.is_active == True,  # noqa: E712
-                        Subscription.breaker_probe_at.is_null()
-                        | (Subscription.breaker_probe_at <= now))
-                 .order_by(Delivery.next_attempt_at, Delivery.id)
-                 .limit(limit))
-        if full:
-            query = query.where(Delivery.subscription.not_in(full))
-        if not is_sqlite():
-            query = query.for_update(of=Delivery, skip_locked=True)
         taken = collections.Counter()
         claimed = []
-        for delivery in query:
-            subscription = delivery.subscription
-            if is_open(subscription):
-                if taken[subscription.id] or not _take_probe(subscription.id, now, settings):
+        for row in map(JobRow._make, queue_queries.due(limit, due_by or now, now, full)):
+            if row.breaker_is_open:
+                if taken[row.subscription_id] or not _take_probe(row.subscription_id, now,
+                                                                 settings):
                     continue
-            elif taken[subscription.id] >= room.get(subscription.id,
-                                                    settings.sends_per_receiver):
+            elif taken[row.subscription_id] >= room.get(row.subscription_id,
+                                                         settings.sends_per_receiver):
                 continue
-            taken[subscription.id] += 1
-            claimed.append(delivery)
+            taken[row.subscription_id] += 1
+            claimed.append(row)
         if not claimed:
             return []
-        (Delivery.update(locked_until=leased_until)
-         .where(Delivery.id.in_([delivery.id for delivery in claimed])).execute())
-        return [job_for(delivery, delivery.subscription, leased_until, now)
-                for delivery in claimed]
+        queue_queries.lease([row.delivery_id for row in claimed], leased_until)
+        return [job_from_row(row, leased_until, now) for row in claimed]
 
 
 class ClaimRefused(Exception):
@@ -139,7 +122,7 @@ def claim_for_retry(delivery_id, settings):
         if not claimed:
             raise ClaimRefused(f"delivery {delivery_id} is being sent right now; "
                                "try again in a moment")
-        return jobs_for_ids([delivery_id], leased_until, now)[0]
+        return job_of(delivery_id, leased_until, now)
 
 
 class Worker:
