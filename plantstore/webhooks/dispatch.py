@@ -109,7 +109,16 @@ class OutcomeWriter:
                 self._thread = threading.Thread(target=self._run, name="webhook-outcomes",
                                                 daemon=True)
                 self._thread.start()
-            self._changed.notify_all()
+            if self._may_end_wait():
+                self._changed.notify_all()
+
+    def _may_end_wait(self):
+        """Whether what was just put may end the writer's wait: the first of a
+        batch starts its gathering, a failure waiting is written once no
+        attempt is under way (see ``_write_due``); others join the batch as
+        it gathers, without waking the writer thread."""
+        waiting = len(self._outcomes) + len(self._releases)
+        return waiting == 1 or self._failures_waiting or waiting >= LARGEST_WRITE
 
     def flush(self, timeout):
         """Wait until everything put so far is written; False on timeout."""
