@@ -38,6 +38,11 @@ FINISH_MARGIN_SECONDS = 10
 """How long past the attempt deadline a stopping process waits for the
 outcomes of its last attempts to be written."""
 
+LEASE_MARGIN_SECONDS = 0.5
+"""How long a job's lease must outlast its attempt's deadline for it to start
+after waiting for a slot: its outcome is written inside the lease, so no
+other sender can take the row while the attempt is under way."""
+
 LINGER_SECONDS = 0.02
 """Longest delivered attempts' outcomes (and leases given back) wait for
 others to share their transaction; their slots are free already, and their
@@ -66,8 +71,9 @@ class OutcomeWriter:
     ``on_written(batch, kinds)`` is called after each batch of outcomes
     (``(job, result)`` pairs), with the kinds written (all None if the batch
     could not be written: its leases run out and the workers retry those
-    deliveries, never lost). ``attempts_unwritten()`` says how many attempts
-    are under way or have their outcome waiting here.
+    deliveries, never lost); ``on_released(jobs)`` after leases given back
+    were written (or could not be: they run out). ``attempts_unwritten()``
+    says how many attempts are under way or have their outcome waiting here.
 
     A batch is written once a failure is waiting and no attempt is still
     under way (or GATHER_SECONDS after it came), else LINGER_SECONDS after
@@ -75,9 +81,10 @@ class OutcomeWriter:
     flushes: a busy process writes many outcomes per transaction, not one.
     """
 
-    def __init__(self, settings, on_written, attempts_unwritten):
+    def __init__(self, settings, on_written, on_released, attempts_unwritten):
         self.settings = settings
         self.on_written = on_written
+        self.on_released = on_released
         self.attempts_unwritten = attempts_unwritten
         self._changed = threading.Condition()
         self._outcomes, self._releases = [], []
@@ -177,6 +184,8 @@ class OutcomeWriter:
                           [job.delivery_id for job, _ in batch]
                           + [job.delivery_id for job in releases])
         finally:
+            if releases:
+                self.on_released(releases)
             if batch:
                 self.on_written(batch, kinds)
 
@@ -190,45 +199,87 @@ class Dispatcher:
     next attempt must see (an open breaker's probe keeps the others waiting
     on the row until its outcome is written).
 
+    With ``queue_ahead`` (a worker's), it also takes up to ``per_receiver``
+    jobs per receiver (and ``threads`` in all) beyond its slots: they wait
+    here and start the moment a delivered attempt frees their receiver's
+    slot, in the sender thread that freed it, so senders keep sending while
+    the worker claims more. They are given back to the workers unsent when
+    their receiver fails an attempt (the next claim sees the breaker), when
+    their lease would not outlast the attempt by LEASE_MARGIN_SECONDS, and
+    once ``stop_starting`` is called. A web process's dispatcher never
+    queues: a job without a slot is refused.
+
     ``on_recorded(kinds)`` (optional) is called with the outcome kinds of
     each batch written.
     """
 
-    def __init__(self, settings, threads, per_receiver, on_recorded=None):
+    def __init__(self, settings, threads, per_receiver, on_recorded=None, queue_ahead=False):
         self.settings = settings
         self.threads = threads
         self.per_receiver = per_receiver
         self.on_recorded = on_recorded
-        self.writer = OutcomeWriter(settings, self._written, self.in_flight)
+        self.ahead = per_receiver if queue_ahead else 0  # waiting jobs per receiver
+        self.queue_limit = threads if queue_ahead else 0  # waiting jobs in all
+        self.receiver_room = per_receiver + self.ahead
+        """How many jobs it takes for a receiver that has none under way or waiting."""
+        self.writer = OutcomeWriter(settings, self._written, self._released,
+                                    self._attempts_unwritten)
         self._changed = threading.Condition()
         self._busy = collections.Counter()  # subscription id -> slots held
+        self._waiting = {}  # subscription id -> deque of jobs waiting for a slot
+        self._waiting_count = 0
         self._unwritten = 0  # attempts under way or waiting for their outcome's write
+        self._giving_back = set()  # delivery ids of jobs given back, release not yet written
+        self._starting = True
         self._executor = None
         self._pid = None
 
     def in_flight(self):
-        """Attempts under way or waiting for their outcome to be written."""
+        """Jobs waiting for a slot, attempts under way or waiting for their
+        outcome to be written, and jobs given back whose release is not yet
+        written (their rows are still leased)."""
+        with self._changed:
+            return self._unwritten + self._waiting_count + len(self._giving_back)
+
+    def _attempts_unwritten(self):
         with self._changed:
             return self._unwritten
 
     def room(self):
-        """(attempts that may start now, {subscription id: room left} for
-        receivers whose attempts hold slots)."""
+        """(jobs it takes now, {subscription id: jobs it takes for that
+        receiver} for receivers with slots held or jobs waiting); any other
+        receiver takes ``receiver_room``."""
         with self._changed:
-            free = self.threads - sum(self._busy.values())
-            return free, {sid: self.per_receiver - n for sid, n in self._busy.items()}
+            taken = collections.Counter(self._busy)
+            for subscription_id, jobs in self._waiting.items():
+                taken[subscription_id] += len(jobs)
+            free = self.threads + self.queue_limit - sum(taken.values())
+            return free, {sid: self.receiver_room - n for sid, n in taken.items()}
 
     def try_start(self, job):
-        """Start an attempt at ``job`` if a slot is free; whether it started."""
+        """Start an attempt at ``job`` if a slot is free, or queue it when
+        queuing ahead and there is room; whether it took the job."""
         with self._changed:
             executor = self._executor_of_this_process()
-            if (sum(self._busy.values()) >= self.threads
-                    or self._busy[job.subscription_id] >= self.per_receiver):
+            receiver = job.subscription_id
+            if (sum(self._busy.values()) < self.threads
+                    and self._busy[receiver] < self.per_receiver):
+                self._busy[receiver] += 1
+                self._unwritten += 1
+            elif (self._starting and self._waiting_count < self.queue_limit
+                  and len(self._waiting.get(receiver, ())) < self.ahead):
+                self._waiting.setdefault(receiver, collections.deque()).append(job)
+                self._waiting_count += 1
+                return True
+            else:
                 return False
-            self._busy[job.subscription_id] += 1
-            self._unwritten += 1
         executor.submit(self._attempt, job)
         return True
+
+    def stop_starting(self):
+        """Start no waiting job from now on (safe from a signal handler: the
+        jobs are given back when the dispatcher finishes)."""
+        self._starting = False
 
     def send_or_leave(self, jobs):
         """Start every job that finds a slot; give the others back to the workers."""
@@ -240,7 +291,7 @@ class Dispatcher:
                 started = False
             if not started:
                 metrics.count_left_to_worker("busy")
-                self.writer.put_release(job)
+                self.give_back([job])
 
     def wait_for_change(self, timeout):
         """Wait until an attempt frees its slot or has its outcome written;
@@ -253,6 +304,10 @@ class Dispatcher:
         by its deadline) and their outcomes, at most the deadline plus
         FINISH_MARGIN_SECONDS. Outcomes left unwritten are logged: their
         leases run out and the workers retry those deliveries."""
+        self.stop_starting()
+        with self._changed:
+            unsent = self._take_all_waiting()
+        self._put_releases(unsent)
         if not self.drain(self.settings.send_bound + FINISH_MARGIN_SECONDS):
             log.warning("webhook outcomes still unwritten at exit; their leases will "
                         "run out and the workers retry those deliveries")
@@ -270,30 +325,91 @@ class Dispatcher:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 self.threads, thread_name_prefix="webhook-send")
             self._busy.clear()
+            self._waiting.clear()
+            self._waiting_count = 0
+            self._giving_back.clear()
             self._unwritten = 0
             self._pid = os.getpid()
         return self._executor
 
     def _attempt(self, job):
-        result = attempt(job, self.settings)
-        self.writer.put_outcome(job, result)
-        if result.ok:
+        """Attempt ``job``, then, while they succeed, the jobs waiting for its
+        receiver's slot (a failure holds the slot until written: see ``_written``)."""
+        while job is not None:
+            result = attempt(job, self.settings)
+            self.writer.put_outcome(job, result)
+            if not result.ok:
+                return
             with self._changed:
                 self._free_slot(job)
+                job, unsent = self._take_waiting(job.subscription_id)
                 self._changed.notify_all()
+            self._put_releases(unsent)
 
     def _free_slot(self, job):
         self._busy[job.subscription_id] -= 1
         if not self._busy[job.subscription_id]:
             del self._busy[job.subscription_id]
 
+    def _take_waiting(self, receiver):
+        """(the next waiting job for ``receiver``, with the slot just freed
+        taken for it, or None; the jobs to give back unsent). Lock held."""
+        jobs, unsent = self._waiting.get(receiver), []
+        while jobs:
+            job = jobs.popleft()
+            self._waiting_count -= 1
+            if not jobs:
+                del self._waiting[receiver]
+            time_left = (job.leased_until - utcnow()).total_seconds()
+            if self._starting and time_left > self.settings.send_bound + LEASE_MARGIN_SECONDS:
+                self._busy[receiver] += 1
+                self._unwritten += 1
+                return job, unsent
+            unsent.append(job)
+        self._giving_back.update(job.delivery_id for job in unsent)
+        return None, unsent
+
+    def _take_all_waiting(self):
+        """Every waiting job, no longer waiting, to be given back. Lock held."""
+        unsent = [job for jobs in self._waiting.values() for job in jobs]
+        self._waiting.clear()
+        self._waiting_count = 0
+        self._giving_back.update(job.delivery_id for job in unsent)
+        return unsent
+
+    def give_back(self, jobs):
+        """Give leased jobs that will not be attempted back to the workers."""
+        with self._changed:
+            self._giving_back.update(job.delivery_id for job in jobs)
+        self._put_releases(jobs)
+
+    def _put_releases(self, jobs):
+        """Have the writer release jobs already counted in ``_giving_back``."""
+        for job in jobs:
+            self.writer.put_release(job)
+
+    def _released(self, jobs):
+        with self._changed:
+            self._giving_back.difference_update(job.delivery_id for job in jobs)
+            self._changed.notify_all()
+
     def _written(self, batch, kinds):
-        """Count the outcomes written, and free the slots failed attempts held."""
+        """Count the outcomes written, and free the slots failed attempts held.
+
+        The jobs waiting for a receiver that just failed are given back
+        unsent: they were claimed before the failure, and the next claim
+        sees what it did to the breaker (or to the subscription).
+        """
+        unsent = []
         with self._changed:
             for job, result in batch:
                 if not result.ok:
                     self._free_slot(job)
+                    unsent += self._waiting.pop(job.subscription_id, ())
+            self._waiting_count -= len(unsent)
+            self._giving_back.update(job.delivery_id for job in unsent)
             self._unwritten -= len(batch)
             self._changed.notify_all()
+        self._put_releases(unsent)
         if self.on_recorded:
             self.on_recorded(kinds)

@@ -57,13 +57,14 @@ def _take_probe(subscription_id, now, settings):
             .execute()) == 1
 
 
-def claim_due(limit, settings, due_by=None, room=None):
+def claim_due(limit, settings, due_by=None, room=None, receiver_room=None):
     """Lease up to ``limit`` pending deliveries due by ``due_by`` (default now)
     to this worker; returns their jobs, most overdue first.
 
-    ``room`` maps subscription ids to how many more attempts this worker may
-    start at them (the per-receiver cap where absent). A receiver whose
-    breaker is open gets one delivery, its probe, when the probe is due.
+    ``room`` maps subscription ids to how many more jobs this worker takes
+    for them; ``receiver_room`` (default: the per-receiver cap) for the
+    others. A receiver whose breaker is open gets one delivery, its probe,
+    when the probe is due.
     """
     now = utcnow()
     room = room or {}
@@ -78,8 +79,8 @@ def claim_due(limit, settings, due_by=None, room=None):
                 if taken[row.subscription_id] or not _take_probe(row.subscription_id, now,
                                                                  settings):
                     continue
-            elif taken[row.subscription_id] >= room.get(row.subscription_id,
-                                                         settings.sends_per_receiver):
+            elif taken[row.subscription_id] >= room.get(
+                    row.subscription_id, receiver_room or settings.sends_per_receiver):
                 continue
             taken[row.subscription_id] += 1
             claimed.append(row)
@@ -136,7 +137,8 @@ class Worker:
         self._tally_lock = threading.Lock()
         self._next_housekeeping = 0.0
         self.dispatcher = Dispatcher(settings, settings.worker_threads,
-                                     settings.sends_per_receiver, on_recorded=self._count)
+                                     settings.sends_per_receiver, on_recorded=self._count,
+                                     queue_ahead=True)
 
     def _count(self, kinds):
         with self._tally_lock:
@@ -146,6 +148,7 @@ class Worker:
         """Start no more attempts; those under way end by their deadline
         (safe from a signal handler)."""
         self.stopping.set()
+        self.dispatcher.stop_starting()
 
     def _deliver(self, due_by, until_idle):
         """Start attempts at due deliveries as sender threads free up, until
@@ -156,10 +159,11 @@ class Worker:
             free, room = self.dispatcher.room()
             unwritten_at_claim = self.dispatcher.in_flight()
             wanted = min(free, self.settings.batch_size)
-            jobs = claim_due(wanted, self.settings, due_by, room) if wanted > 0 else []
+            jobs = (claim_due(wanted, self.settings, due_by, room,
+                              self.dispatcher.receiver_room) if wanted > 0 else [])
             for job in jobs:
                 if not self.dispatcher.try_start(job):  # only if the caps shrank meanwhile
-                    self.dispatcher.writer.put_release(job)
+                    self.dispatcher.give_back([job])
             started += len(jobs)
             if jobs and len(jobs) == wanted:
                 continue  # claim again at once: there may be more, for other receivers
