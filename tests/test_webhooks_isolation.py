@@ -2,6 +2,8 @@
 deadline even when a receiver trickles its answer, a failing receiver's
 circuit breaker (shared through the database) keeps creates and workers off
 it, and each process caps the attempts it has under way."""
+import dataclasses
+import datetime
 import json
 import threading
 import time
@@ -11,7 +13,7 @@ import requests
 
 from helpers import create_plant, wait_until
 from plantstore.db import database, is_sqlite
-from plantstore.models import Attempt, Delivery, Plant, Subscription, User
+from plantstore.models import Attempt, Delivery, Plant, Subscription, User, utcnow
 from plantstore.webhooks import lifecycle, outbox
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.dispatch import Dispatcher
@@ -235,6 +237,104 @@ def test_only_a_failed_attempt_holds_its_receivers_slot_until_its_outcome_is_wri
 
     assert dispatcher.drain(10)
     assert Attempt.select().count() == len(receiver.requests)
+
+
+def leased_jobs(app, plant_ids):
+    """Create these plants (alice's) and return the jobs their creates leased."""
+    settings = settings_of(app)
+    jobs = []
+    with app.test_request_context():
+        owner = User.get(User.name == "alice")
+        for plant_id in plant_ids:
+            with database.atomic():
+                plant = Plant.create(id=plant_id, name="fern", owner=owner)
+                jobs += outbox.record_new_plant(plant, settings)
+    return jobs
+
+
+def given_back(job):
+    """Whether ``job``'s delivery is pending, unattempted and free to claim."""
+    delivery = Delivery.get_by_id(job.delivery_id)
+    return (delivery.status == Delivery.PENDING and delivery.attempts == 0
+            and delivery.locked_until is None)
+
+
+def test_a_workers_jobs_wait_for_their_receivers_slot_and_start_as_it_frees(
+        app, runner, alice, make_receiver):
+    receiver = make_receiver(Answer(200, delay=0.3))
+    subscription_id, _ = subscribe(runner, receiver.url)
+    jobs = leased_jobs(app, (1, 2, 3))
+    dispatcher = Dispatcher(settings_of(app), threads=4, per_receiver=1, queue_ahead=True)
+
+    assert dispatcher.try_start(jobs[0])  # takes the receiver's one slot
+    assert dispatcher.try_start(jobs[1])  # waits for it
+    assert not dispatcher.try_start(jobs[2])  # one waiting per slot, no more
+    assert dispatcher.room() == (6, {subscription_id: 0})
+    assert dispatcher.drain(10)
+
+    first, second = receiver.wait_for(2)
+    assert second.at - first.at >= 0.3  # one at a time: the cap holds
+    assert [Delivery.get_by_id(job.delivery_id).status for job in jobs[:2]] == [
+        Delivery.DELIVERED, Delivery.DELIVERED]
+    assert len(receiver.requests) == 2
+
+
+def test_a_failed_attempt_gives_back_the_jobs_waiting_for_its_receiver(
+        app, runner, alice, make_receiver):
+    receiver = make_receiver(Answer(503, delay=0.2))
+    subscribe(runner, receiver.url)
+    jobs = leased_jobs(app, (1, 2))
+    dispatcher = Dispatcher(settings_of(app), threads=4, per_receiver=1, queue_ahead=True)
+
+    assert dispatcher.try_start(jobs[0]) and dispatcher.try_start(jobs[1])
+    assert dispatcher.drain(10)
+
+    assert len(receiver.requests) == 1  # the next claim sees what the failure did
+    assert given_back(jobs[1])
+    assert dispatcher.in_flight() == 0
+
+
+def test_a_waiting_job_whose_lease_would_end_during_its_attempt_is_given_back(
+        app, runner, alice, make_receiver):
+    receiver = make_receiver(Answer(200, delay=0.5))
+    subscribe(runner, receiver.url)
+    first, second = leased_jobs(app, (1, 2))
+    # Its lease ends within an attempt's deadline of the first one's end.
+    short_lease = utcnow() + datetime.timedelta(seconds=BOUND + 0.5)
+    Delivery.update(locked_until=short_lease).where(Delivery.id == second.delivery_id).execute()
+    second = dataclasses.replace(second, leased_until=short_lease)
+    dispatcher = Dispatcher(settings_of(app), threads=4, per_receiver=1, queue_ahead=True)
+
+    assert dispatcher.try_start(first) and dispatcher.try_start(second)
+    assert dispatcher.drain(10)
+
+    assert len(receiver.requests) == 1
+    assert given_back(second)
+
+
+def test_a_stopping_worker_starts_no_waiting_job_and_gives_them_back(
+        app, client, runner, alice, make_receiver):
+    receiver = make_receiver(Answer(409))  # a retry, not a breaker failure
+    subscribe(runner, receiver.url)
+    for plant_id in range(1, 4):
+        create_plant(client, alice, plant_id)
+    wait_until(lambda: Attempt.select().count() == 3)
+    receiver.answer = Answer(200, delay=0.5)
+    settings = dataclasses.replace(settings_of(app), sends_per_receiver=1)
+    worker = Worker(settings)
+    running = threading.Thread(target=worker.run_forever)
+    running.start()
+    try:
+        receiver.wait_for(4)  # the worker's first attempt; the next waits for its slot
+        worker.stop()
+        running.join(timeout=10)
+    finally:
+        receiver.released.set()
+    assert not running.is_alive()
+    assert worker.tally == {"delivered": 1}
+    assert len(receiver.requests) == 4
+    waited = Delivery.select().where(Delivery.status == Delivery.PENDING)
+    assert waited.count() == 2 and all(row.locked_until is None for row in waited)
 
 
 def test_the_worker_loop_never_waits_for_a_whole_batch(app, client, runner, alice,

@@ -8,11 +8,13 @@ SQLite the transaction begins IMMEDIATE, so claims run one at a time. Rows
 under a lease (being sent by a web process or another worker) are never
 claimed, so no event is sent twice at once.
 
-A worker claims only as many deliveries as it has free sender threads, and
-per receiver only as many as that receiver's cap leaves room for, so every
-claimed attempt starts at once and ends by its deadline, well inside its
-lease. It claims again as soon as attempts end, never waiting for a whole
-batch: a slow receiver holds its own slots, not the others' deliveries.
+A worker claims as many deliveries as it has free sender threads, and as
+many again to wait for a slot, per receiver at most twice that receiver's
+cap (see ``Dispatcher``): a waiting one starts as soon as its receiver's
+slot frees, and only while its lease outlasts the attempt, so every attempt
+ends by its deadline inside its lease. It claims again as soon as attempts
+end, never waiting for a whole batch: a slow receiver holds its own slots
+and the deliveries waiting for them, not the others' deliveries.
 While a receiver's circuit breaker is open, its deliveries wait; one probe
 attempt per cooldown goes out (see ``breaker``).
 """
