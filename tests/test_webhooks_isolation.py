@@ -279,6 +279,23 @@ def test_a_workers_jobs_wait_for_their_receivers_slot_and_start_as_it_frees(
     assert len(receiver.requests) == 2
 
 
+def test_a_job_waiting_for_the_process_cap_starts_when_another_receivers_slot_frees(
+        app, runner, alice, make_receiver):
+    busy, idle = make_receiver(Answer(200, delay=0.3)), make_receiver(Answer(200))
+    subscribe(runner, busy.url)
+    subscribe(runner, idle.url)
+    busy_job, idle_job = leased_jobs(app, (1,))  # one plant: a job per subscription
+    dispatcher = Dispatcher(settings_of(app), threads=1, per_receiver=1, queue_ahead=True)
+
+    assert dispatcher.try_start(busy_job)  # the process's one slot
+    assert dispatcher.try_start(idle_job)  # its receiver has room, the process has none
+    assert dispatcher.drain(10)
+
+    [first], [second] = busy.wait_for(1), idle.wait_for(1)
+    assert second.at - first.at >= 0.3
+    assert Delivery.select().where(Delivery.status == Delivery.DELIVERED).count() == 2
+
+
 def test_a_failed_attempt_gives_back_the_jobs_waiting_for_its_receiver(
         app, runner, alice, make_receiver):
     receiver = make_receiver(Answer(503, delay=0.2))

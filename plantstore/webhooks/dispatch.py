@@ -201,9 +201,9 @@ class Dispatcher:
 
     With ``queue_ahead`` (a worker's), it also takes up to ``per_receiver``
     jobs per receiver (and ``threads`` in all) beyond its slots: they wait
-    here and start the moment a delivered attempt frees their receiver's
-    slot, in the sender thread that freed it, so senders keep sending while
-    the worker claims more. They are given back to the workers unsent when
+    here and start the moment a slot they fit frees (a delivered attempt's
+    sender thread takes the next one at once, of its own receiver first),
+    so senders keep sending while the worker claims more. They are given back to the workers unsent when
     their receiver fails an attempt (the next claim sees the breaker), when
     their lease would not outlast the attempt by LEASE_MARGIN_SECONDS, and
     once ``stop_starting`` is called. A web process's dispatcher never
@@ -351,21 +351,26 @@ class Dispatcher:
         if not self._busy[job.subscription_id]:
             del self._busy[job.subscription_id]
 
-    def _take_waiting(self, receiver):
-        """(the next waiting job for ``receiver``, with the slot just freed
-        taken for it, or None; the jobs to give back unsent). Lock held."""
-        jobs, unsent = self._waiting.get(receiver), []
-        while jobs:
-            job = jobs.popleft()
-            self._waiting_count -= 1
-            if not jobs:
-                del self._waiting[receiver]
-            time_left = (job.leased_until - utcnow()).total_seconds()
-            if self._starting and time_left > self.settings.send_bound + LEASE_MARGIN_SECONDS:
-                self._busy[receiver] += 1
-                self._unwritten += 1
-                return job, unsent
-            unsent.append(job)
+    def _take_waiting(self, freed):
+        """After a slot of receiver ``freed`` was freed: (the next waiting job
+        that fits now, ``freed``'s own first, with its slot taken, or None;
+        the jobs to give back unsent). Lock held."""
+        unsent = []
+        for receiver in [freed, *self._waiting]:
+            jobs = self._waiting.get(receiver)
+            while (jobs and self._busy[receiver] < self.per_receiver
+                   and sum(self._busy.values()) < self.threads):
+                job = jobs.popleft()
+                self._waiting_count -= 1
+                if not jobs:
+                    del self._waiting[receiver]
+                time_left = (job.leased_until - utcnow()).total_seconds()
+                if self._starting and time_left > self.settings.send_bound + LEASE_MARGIN_SECONDS:
+                    self._busy[receiver] += 1
+                    self._unwritten += 1
+                    self._giving_back.update(job.delivery_id for job in unsent)
+                    return job, unsent
+                unsent.append(job)
         self._giving_back.update(job.delivery_id for job in unsent)
         return None, unsent
 
@@ -398,18 +403,26 @@ class Dispatcher:
 
         The jobs waiting for a receiver that just failed are given back
         unsent: they were claimed before the failure, and the next claim
-        sees what it did to the breaker (or to the subscription).
+        sees what it did to the breaker (or to the subscription). The slots
+        freed start jobs waiting for other receivers.
         """
-        unsent = []
+        unsent, starts = [], []
         with self._changed:
             for job, result in batch:
                 if not result.ok:
                     self._free_slot(job)
-                    unsent += self._waiting.pop(job.subscription_id, ())
-            self._waiting_count -= len(unsent)
-            self._giving_back.update(job.delivery_id for job in unsent)
+                    failed = self._waiting.pop(job.subscription_id, ())
+                    self._waiting_count -= len(failed)
+                    self._giving_back.update(waiting.delivery_id for waiting in failed)
+                    unsent += failed
+                    start, too_late = self._take_waiting(job.subscription_id)
+                    unsent += too_late
+                    if start is not None:
+                        starts.append(start)
             self._unwritten -= len(batch)
             self._changed.notify_all()
         self._put_releases(unsent)
+        for job in starts:
+            self._executor.submit(self._attempt, job)
         if self.on_recorded:
             self.on_recorded(kinds)
