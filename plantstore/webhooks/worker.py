@@ -10,9 +10,9 @@ claimed, so no event is sent twice at once.
 
 A worker claims as many deliveries as it has free sender threads, and as
 many again to wait for a slot, per receiver at most twice that receiver's
-cap (see ``Dispatcher``): a waiting one starts as soon as its receiver's
-slot frees, and only while its lease outlasts the attempt, so every attempt
-ends by its deadline inside its lease. It claims again as soon as attempts
+cap (see ``Dispatcher``): a waiting one starts as soon as a slot it fits
+frees, and only while its lease outlasts the attempt, so every attempt ends
+by its deadline inside its lease. It claims again as soon as attempts
 end, never waiting for a whole batch: a slow receiver holds its own slots
 and the deliveries waiting for them, not the others' deliveries.
 While a receiver's circuit breaker is open, its deliveries wait; one probe
