@@ -198,7 +198,8 @@ SETTINGS = (
             "Most webhook attempts one web process makes at once right after creates; "
             "past it, new deliveries are left to the workers."),
     Setting("WEBHOOK_SENDS_PER_RECEIVER", 16, integer(1, 256),
-            "Most attempts at one receiver one process (web or worker) makes at once."),
+            "Most attempts at one receiver one process (web or worker) makes at once "
+            "(a worker claims as many again to wait for a slot)."),
     Setting("WEBHOOK_BREAKER_THRESHOLD", 5, integer(1, 1000),
             "Failures in a row (no answer in time, connection failed, or a 5xx) that "
             "open a receiver's circuit breaker."),
@@ -222,7 +223,8 @@ SETTINGS = (
     Setting("WORKER_BATCH_SIZE", 50, integer(1, 1000),
             "Most deliveries one webhook worker claims in one transaction."),
     Setting("WORKER_THREADS", 32, integer(1, 256),
-            "Attempts one webhook worker makes at once."),
+            "Attempts one webhook worker makes at once (it claims as many again to "
+            "wait for a slot)."),
     Setting("RATE_LIMIT", "", rate_limits,
             "Requests one caller (a token's user; a client address without a valid "
             "token) may make to the API, in Flask-Limiter's notation; empty: no limit."),
