@@ -306,7 +306,7 @@ class Dispatcher:
         leases run out and the workers retry those deliveries."""
         self.stop_starting()
         with self._changed:
-            unsent = self._take_all_waiting()
+            unsent = self._drop_waiting(list(self._waiting))
         self._put_releases(unsent)
         if not self.drain(self.settings.send_bound + FINISH_MARGIN_SECONDS):
             log.warning("webhook outcomes still unwritten at exit; their leases will "
@@ -368,19 +368,18 @@ class Dispatcher:
                 if self._starting and time_left > self.settings.send_bound + LEASE_MARGIN_SECONDS:
                     self._busy[receiver] += 1
                     self._unwritten += 1
-                    self._giving_back.update(job.delivery_id for job in unsent)
                     return job, unsent
                 unsent.append(job)
-        self._giving_back.update(job.delivery_id for job in unsent)
+                self._giving_back.add(job.delivery_id)
         return None, unsent
 
-    def _take_all_waiting(self):
-        """Every waiting job, no longer waiting, to be given back. Lock held."""
-        unsent = [job for jobs in self._waiting.values() for job in jobs]
-        self._waiting.clear()
-        self._waiting_count = 0
-        self._giving_back.update(job.delivery_id for job in unsent)
-        return unsent
+    def _drop_waiting(self, receivers):
+        """Take the jobs waiting for ``receivers`` out of the queue, counted as
+        given back until their release is written. Lock held."""
+        dropped = [job for receiver in receivers for job in self._waiting.pop(receiver, ())]
+        self._waiting_count -= len(dropped)
+        self._giving_back.update(job.delivery_id for job in dropped)
+        return dropped
 
     def give_back(self, jobs):
         """Give leased jobs that will not be attempted back to the workers."""
@@ -411,10 +410,7 @@ class Dispatcher:
             for job, result in batch:
                 if not result.ok:
                     self._free_slot(job)
-                    failed = self._waiting.pop(job.subscription_id, ())
-                    self._waiting_count -= len(failed)
-                    self._giving_back.update(waiting.delivery_id for waiting in failed)
-                    unsent += failed
+                    unsent += self._drop_waiting([job.subscription_id])
                     start, too_late = self._take_waiting(job.subscription_id)
                     unsent += too_late
                     if start is not None:

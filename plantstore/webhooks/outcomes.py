@@ -116,9 +116,6 @@ def _write(attempts, settings, now):
     if logged:
         queue_queries.log_attempts(logged)
     for subscription_id, results in by_receiver.items():
-        if breaker.streak_change(results) == (True, 0):  # a 2xx last: the usual case
-            queue_queries.receiver_answered(subscription_id, now)
-            continue
         succeeded = any(result.ok for result in results)
         changes = {**breaker.changes(results, settings, now), **lifecycle.changes(succeeded, now)}
         if changes:

@@ -13,8 +13,6 @@ per count.
 - ``lease``: lease deliveries until a time.
 - ``mark_delivered``: deliveries still under a lease marked delivered.
 - ``log_attempts``: attempt-log rows.
-- ``receiver_answered``: what a batch of attempts ending in a 2xx does to
-  its subscription (``breaker.changes`` and ``lifecycle.changes``).
 """
 import datetime
 import functools
@@ -119,16 +117,3 @@ def log_attempts(rows):
     error or None, duration in ms) tuples."""
     _log_attempts(len(rows)).execute(*(value for row in rows for value in row))
 
-
-_RECEIVER_ANSWERED = Statement(
-    lambda last_success, streak, opened, probe, subscription_id: Subscription.update({
-        Subscription.last_success_at: last_success, Subscription.failure_streak: streak,
-        Subscription.breaker_opened_at: opened, Subscription.breaker_probe_at: probe})
-    .where(Subscription.id == subscription_id),
-    _A_TIME, 0, None, None, -1)
-
-
-def receiver_answered(subscription_id, now):
-    """Record that the subscription's receiver answered a 2xx last, at
-    ``now``: its breaker closed, its failure streak over."""
-    _RECEIVER_ANSWERED.execute(now, 0, None, None, subscription_id)
