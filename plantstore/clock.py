@@ -1,0 +1,47 @@
+"""The database's clock: every time one process writes and another compares.
+
+Hosts' clocks disagree (drift, NTP steps, a misconfigured node), so a time
+that one process writes and another compares (a lease, a due time, a breaker
+probe, an idempotency key's expiry, a token's expiry, a retention cutoff) is
+computed by the database, in the statement that writes or compares it. Use
+these as values in peewee expressions, e.g.
+``Delivery.update(locked_until=clock.after(30))`` or
+``Token.expires_at > clock.now()``.
+
+On PostgreSQL they are SQL: ``now()`` (the start of the current
+transaction, in UTC). SQLite serves one host, so there the process's own
+clock is that host's clock, passed as a value through the same code.
+Within one process, measure elapsed time with ``time.monotonic()``.
+"""
+import datetime
+
+from peewee import SQL
+
+from .db import is_sqlite
+
+_NOW = "(now() AT TIME ZONE 'UTC')"
+
+
+def local_now():
+    """This process's clock in UTC, naive (how timestamps are stored); only
+    for times nobody else compares (logs, a row's own ``created_at``)."""
+    return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+
+
+def now():
+    """The database's current time (naive UTC), as a peewee value."""
+    if is_sqlite():
+        return local_now()
+    return SQL(_NOW)
+
+
+def after(seconds):
+    """The database's current time plus ``seconds`` (negative: before)."""
+    if is_sqlite():
+        return local_now() + datetime.timedelta(seconds=seconds)
+    return SQL(f"({_NOW} + %s * interval '1 second')", [float(seconds)])
+
+
+def before(seconds):
+    """The database's current time minus ``seconds``."""
+    return after(-seconds)
