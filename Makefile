@@ -6,7 +6,7 @@ PG_TEST_URL ?= postgresql://postgres@127.0.0.1:5432/test
 PLANTSTORE_DATABASE_URL ?= sqlite:///plantstore.db
 export PLANTSTORE_DATABASE_URL
 
-.PHONY: install install-test migrate run test test-sqlite test-postgres smoke smoke-nginx bench bench-ab docs clean
+.PHONY: install install-test migrate run lint test test-fast test-slow test-sqlite test-postgres smoke smoke-nginx bench bench-ab docs clean
 
 $(BIN)/.installed: setup.py setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -30,12 +30,24 @@ run: migrate
 	@echo "  $(BIN)/plantstore users create alice && TOKEN=\$$($(BIN)/plantstore tokens create alice)"
 	HOST=$${HOST:-0.0.0.0} $(BIN)/gunicorn -c config/gunicorn.conf.py wsgi:app
 
-# The suite on SQLite, then on PostgreSQL when it answers at PG_TEST_URL.
-# Under CI (CI=true) an unreachable PostgreSQL fails the run instead.
-test: test-sqlite test-postgres
+# Ruff, with the project's ruff.toml.
+lint: install-test
+	$(BIN)/ruff check .
 
-test-sqlite: install-test
-	env -u PLANTSTORE_TEST_DATABASE_URL $(BIN)/pytest $(PYTEST_ARGS)
+# Lint and the fast tests first (a failure there stops the run), then the
+# slow tests (real servers) on SQLite, then the suite on PostgreSQL when it
+# answers at PG_TEST_URL. Under CI (CI=true) an unreachable PostgreSQL fails
+# the run instead.
+test: lint test-fast test-slow test-postgres
+
+# The suite on SQLite: test-fast (no server processes) and test-slow.
+test-sqlite: test-fast test-slow
+
+test-fast: install-test
+	env -u PLANTSTORE_TEST_DATABASE_URL $(BIN)/pytest -m 'not slow' $(PYTEST_ARGS)
+
+test-slow: install-test
+	env -u PLANTSTORE_TEST_DATABASE_URL $(BIN)/pytest -m slow $(PYTEST_ARGS)
 
 test-postgres: install-test
 	@if PLANTSTORE_DATABASE_URL="$(PG_TEST_URL)" $(BIN)/plantstore db check >/dev/null; then \
