@@ -42,7 +42,8 @@ plantstore_gunicorn.check_configuration()
 # malformed HTTP) get the service's JSON error shape, not an HTML page.
 plantstore_gunicorn.answer_protocol_errors_in_json()
 
-bind = os.environ.get("GUNICORN_BIND") or f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
+bind = (os.environ.get("GUNICORN_BIND")
+        or f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}")
 workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2))
 # gthread, measured with wrk -c8 against 2 workers (see docs/performance.md):
 # the sync worker closes every connection after one answer and waits for the

@@ -3,9 +3,8 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from . import settings
 from .api import Api, App
-from .request_body import Request
-from .db import init_database
 from .cli import register_commands
+from .db import init_database
 from .errors import register_error_handlers
 from .health import blp as health_blp
 from .logs import init_logging
@@ -13,6 +12,7 @@ from .metrics import init_metrics
 from .openapi import complete_spec, register_converters, spec_config, spec_kwargs
 from .plants.routes import blp as plants_blp
 from .ratelimit import init_rate_limits
+from .request_body import Request
 from .request_ids import init_request_ids
 from .webhooks.config import init_app as init_webhooks
 from .webhooks.routes import blp as webhooks_blp

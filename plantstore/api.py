@@ -27,7 +27,6 @@ from .auth import require_scope
 from .errors import ErrorSchema, handle_http_exception
 from .idempotency import IdempotencyKeyHeaderSchema, idempotent
 
-
 # Integer literals longer than this are read as Decimal: Python's int() refuses
 # more than 4300 digits with a ValueError, which would otherwise be a 500.
 LONGEST_INT_LITERAL = 100

@@ -3,8 +3,9 @@
 ``plantstore db``, ``users`` and ``tokens`` live here, the webhook groups in
 ``webhooks/cli.py`` and ``webhooks/delivery_cli.py``. Each command runs in
 the app's context, prints what a script needs on stdout and explains a
-failure in one line on stderr with a non-zero exit: 2 for a bad argument, 1 for anything else (an unusable
-setting, an unreachable database), never a traceback.
+failure in one line on stderr with a non-zero exit: 2 for a bad argument, 1
+for anything else (an unusable setting, an unreachable database), never a
+traceback.
 """
 import sys
 
@@ -21,6 +22,7 @@ from .models import Token, User, utcnow
 from .settings import SettingError
 from .webhooks.cli import webhooks_cli
 from .webhooks.delivery_cli import deliveries_cli, worker_cli
+
 
 def _find_user(name):
     """The user called ``name``, or a one-line error."""
@@ -54,7 +56,8 @@ def db_status():
     """List migrations and whether each is applied."""
     with db.database.connection_context():
         for migration in db.migration_runner().status():
-            state = f"applied {migration.applied:%Y-%m-%d %H:%M}" if migration.applied else "pending"
+            applied = migration.applied
+            state = f"applied {applied:%Y-%m-%d %H:%M}" if applied else "pending"
             click.echo(f"{migration.name}  {state}")
 
 

@@ -123,7 +123,7 @@ def handle_unexpected_exception(error):
     """Log a bug with its traceback; tell the client only that it happened."""
     if isinstance(error, HTTPException):
         return handle_http_exception(error)
-    log.exception("unhandled error", exc_info=error)
+    log.error("unhandled error", exc_info=error)
     return handle_http_exception(InternalServerError())
 
 

@@ -12,9 +12,9 @@ import time
 
 import pytest
 from flask import json
+from gunicorn.config import Config as GunicornConfig
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from gunicorn.config import Config as GunicornConfig
 from peewee import IntegrityError, OperationalError
 from webargs.flaskparser import FlaskParser
 

@@ -63,7 +63,8 @@ def test_an_application_log_line_is_json_with_the_request_id(app, json_log):
 def test_redact_masks_tokens_bearer_credentials_and_access_token_parameters():
     assert redact("token pst_abcDEF123-_x here") == "token [REDACTED] here"
     assert redact("Authorization: Bearer sekrit") == "Authorization: Bearer [REDACTED]"
-    assert redact("limit=2&access_token=sekrit&after=3") == "limit=2&access_token=[REDACTED]&after=3"
+    assert (redact("limit=2&access_token=sekrit&after=3")
+            == "limit=2&access_token=[REDACTED]&after=3")
     assert redact("GET /plants 200") == "GET /plants 200"
 
 

@@ -24,8 +24,14 @@ import requests
 from helpers import assert_error, bearer, headers_but_request_id, listed, post_plant
 from plantstore.auth import digest, revoke_token
 from plantstore.models import Attempt, Delivery, Plant, Subscription, Token, User, utcnow
-from plugins.webhooks import (RETRY_EVERY_SECOND, Answer, run_worker, sleep_until, subscribe,
-                              wait_for_attempts)
+from plugins.webhooks import (
+    RETRY_EVERY_SECOND,
+    Answer,
+    run_worker,
+    sleep_until,
+    subscribe,
+    wait_for_attempts,
+)
 
 NEW_PLANT = {"id": 7, "name": "fern", "tag": "green"}
 pytestmark = pytest.mark.app_config(RETRY_EVERY_SECOND)

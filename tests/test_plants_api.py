@@ -6,8 +6,16 @@ import re
 import pytest
 from flask import json
 
-from helpers import (assert_error, bearer, headers_but_request_id, listed, next_url,
-                     post_plant, seed, walk_pages)
+from helpers import (
+    assert_error,
+    bearer,
+    headers_but_request_id,
+    listed,
+    next_url,
+    post_plant,
+    seed,
+    walk_pages,
+)
 from plantstore import create_app
 from plantstore.models import Plant, User
 from plantstore.plants.schemas import PlantSchema, plant_json

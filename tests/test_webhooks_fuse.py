@@ -84,7 +84,7 @@ def test_a_hanging_receiver_slows_neither_creates_nor_reads_and_every_plant_is_d
 
 @pytest.mark.slow
 def test_sigterm_stops_a_worker_within_one_attempts_deadline(
-        client, runner, alice, database_url, trickler):  # noqa: F811
+        client, runner, alice, database_url, trickler):
     receiver = trickler(*HEADERS_TRICKLED)
     subscribe(runner, receiver.url)
     created = client.post("/plants", json={"id": 1, "name": "fern"}, headers=bearer(alice))

@@ -246,7 +246,7 @@ class Trickler:
         while not self._stop.is_set():
             try:
                 connection, _ = self._server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:  # closed by stop()
                 return
