@@ -8,6 +8,7 @@ import pytest
 from helpers import assert_error, bearer, create_plant
 from plantstore.auth import READ, WEBHOOKS_READ, WEBHOOKS_WRITE, WRITE
 from plantstore.models import Delivery, Subscription
+from plantstore.webhooks.receivers import BEARER_MAX_LENGTH, URL_MAX_LENGTH
 from plugins.webhooks import Answer, run_worker, subscribe, verify, wait_for_attempts
 
 LOOPBACK = {"WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8"}
@@ -161,6 +162,46 @@ def test_a_bad_registration_is_400_naming_the_field(client, alice, body, field):
     assert Subscription.select().count() == 0
 
 
+def longest_url(extra=0):
+    """A loopback receiver URL of ``URL_MAX_LENGTH`` characters, plus ``extra``."""
+    start = "http://127.0.0.1:9/"
+    return start + "a" * (URL_MAX_LENGTH - len(start) + extra)
+
+
+def test_a_url_of_the_longest_length_is_taken_and_one_character_more_is_400(client, alice):
+    assert register(client, alice, longest_url()).status_code == 201
+
+    refused = register(client, alice, longest_url(extra=1))
+
+    assert assert_error(refused, 400)["details"] == {
+        "url": [f"Must be 1 to {URL_MAX_LENGTH} characters."]}
+    assert Subscription.select().count() == 1
+
+
+def test_a_bearer_of_the_longest_length_is_taken_and_one_character_more_is_400(client,
+                                                                              alice):
+    url = "http://127.0.0.1:9/hook"
+    taken = register(client, alice, url, bearer="b" * BEARER_MAX_LENGTH)
+    assert taken.status_code == 201
+    assert Subscription.get_by_id(taken.get_json()["id"]).bearer_token == \
+        "b" * BEARER_MAX_LENGTH
+
+    refused = register(client, alice, url, bearer="b" * (BEARER_MAX_LENGTH + 1))
+
+    assert assert_error(refused, 400)["details"] == {
+        "bearer": [f"Must be 1 to {BEARER_MAX_LENGTH} characters."]}
+    assert Subscription.select().count() == 1
+
+
+def test_the_document_states_the_limits_of_url_and_bearer(client):
+    schema = client.get("/openapi.json").get_json()["components"]["schemas"]
+    properties = schema["NewSubscription"]["properties"]
+    assert (properties["url"]["minLength"], properties["url"]["maxLength"]) == (
+        1, URL_MAX_LENGTH)
+    assert (properties["bearer"]["minLength"], properties["bearer"]["maxLength"]) == (
+        1, BEARER_MAX_LENGTH)
+
+
 class TestPerUserCap:
     @pytest.fixture
     def app_config(self):
@@ -265,7 +306,8 @@ def test_deliveries_are_listed_newest_first_with_every_attempt_and_paged(
 
 
 @pytest.mark.parametrize("query", ["limit=0", "limit=101", "status=lost", "after=x",
-                                   "limit=1&limit=2"])
+                                   "limit=1&limit=2", "limit=+5", "limit=1_0", "after=0",
+                                   "after=2147483648"])
 def test_a_bad_deliveries_query_is_400(client, alice, query):
     body = created(client, alice, "http://127.0.0.1:9/hook")
     response = client.get(f"/webhooks/{body['id']}/deliveries?{query}", headers=bearer(alice))

@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-from helpers import create_plant, plantstore_env, run_plantstore
+from helpers import assert_error, create_plant, plantstore_env, run_plantstore
 from plantstore.models import Attempt, Delivery, Subscription, utcnow
 from plantstore.webhooks import secrets
+from plantstore.webhooks.receivers import BEARER_MAX_LENGTH, URL_MAX_LENGTH
 from plugins.webhooks import RETRY_AT_ONCE, Answer, subscribe, verify, wait_for_attempts
 
 pytestmark = pytest.mark.app_config(RETRY_AT_ONCE)
@@ -76,6 +77,67 @@ def test_webhooks_add_refuses_anything_but_an_http_or_https_url(runner, url):
     assert result.exit_code == 2
     assert "Invalid value for 'URL'" in result.stderr
     assert result.stdout == ""
+    assert Subscription.select().count() == 0
+
+
+def longest_url(extra=0):
+    """A receiver URL of ``URL_MAX_LENGTH`` characters, plus ``extra``."""
+    start = "https://hooks.example.com/"
+    return start + "a" * (URL_MAX_LENGTH - len(start) + extra)
+
+
+def test_webhooks_add_takes_the_longest_url_and_refuses_one_character_more(runner):
+    assert invoke(runner, "webhooks", "add", longest_url()).exit_code == 0
+
+    refused = invoke(runner, "webhooks", "add", longest_url(extra=1))
+
+    assert refused.exit_code == 2
+    assert f"Must be 1 to {URL_MAX_LENGTH} characters." in refused.stderr
+    assert Subscription.select().count() == 1
+
+
+def test_webhooks_add_takes_the_longest_bearer_and_refuses_one_character_more(runner):
+    url = "https://hooks.example.com/plants"
+    taken = invoke(runner, "webhooks", "add", url, "--bearer", "b" * BEARER_MAX_LENGTH)
+    assert taken.exit_code == 0, taken.output
+    assert Subscription.get().bearer_token == "b" * BEARER_MAX_LENGTH
+
+    refused = invoke(runner, "webhooks", "add", url, "--bearer", "b" * (BEARER_MAX_LENGTH + 1))
+
+    assert refused.exit_code == 2
+    assert f"Must be 1 to {BEARER_MAX_LENGTH} characters." in refused.stderr
+    assert Subscription.select().count() == 1
+
+
+REFUSED_BOTH_WAYS = [
+    ({"url": "ftp://127.0.0.1/hook"}, "url"),
+    ({"url": "http://user:pw@127.0.0.1/hook"}, "url"),
+    ({"url": "http://127.0.0.1/ hook"}, "url"),
+    ({"url": "http://127.0.0.1/\x7fhook"}, "url"),
+    ({"url": "http://127.0.0.1:99999/hook"}, "url"),
+    ({"url": "http:///hook"}, "url"),
+    ({"url": "http://127.0.0.1/hook", "bearer": "two\r\nlines"}, "bearer"),
+    ({"url": "http://127.0.0.1/hook", "bearer": "has space"}, "bearer"),
+    ({"url": "http://127.0.0.1/hook", "bearer": "semi;colon"}, "bearer"),
+    ({"url": "http://127.0.0.1/hook", "bearer": "=padding-first"}, "bearer"),
+    ({"url": "http://127.0.0.1/hook", "bearer": "tökén"}, "bearer"),
+]
+
+
+@pytest.mark.app_config({**RETRY_AT_ONCE, "WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8"})
+@pytest.mark.parametrize("body, field", REFUSED_BOTH_WAYS)
+def test_the_command_and_the_api_refuse_a_receiver_alike(client, runner, alice, body, field):
+    answer = client.post("/webhooks", json=body, headers={"Authorization": f"Bearer {alice}"})
+    [said] = assert_error(answer, 400)["details"][field]
+
+    args = ["webhooks", "add", body["url"]]
+    if "bearer" in body:
+        args += ["--bearer", body["bearer"]]
+    result = invoke(runner, *args)
+
+    assert result.exit_code == 2
+    assert f"Invalid value for '{'URL' if field == 'url' else '--bearer'}': {said}" in \
+        " ".join(result.stderr.split())
     assert Subscription.select().count() == 0
 
 

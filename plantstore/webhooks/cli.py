@@ -7,7 +7,6 @@ command runs inside the app's context (``AppGroup``), as it needs the app's
 webhook settings.
 """
 import json
-from urllib.parse import urlsplit
 
 import click
 from flask import current_app
@@ -16,7 +15,7 @@ from flask.cli import AppGroup
 from ..cli_params import ROW_ID
 from ..db import database
 from ..models import Delivery, Subscription, utcnow
-from . import dispatch, lifecycle, secrets, signing
+from . import dispatch, lifecycle, receivers, secrets, signing
 from .breaker import is_open
 from .config import settings_of
 from .worker import ClaimRefused, claim_for_retry
@@ -29,50 +28,24 @@ def when(moment):
     return f"{moment:{TIME}}" if moment else "-"
 
 
-URL_MAX_LENGTH = 2048
-BEARER_MAX_LENGTH = 4096
-
-
 def validate_url(ctx, param, url):
-    """The URL if it is an absolute http(s) URL with a host; a usage error otherwise."""
-    if not 1 <= len(url) <= URL_MAX_LENGTH or not _is_visible_text(url):
-        raise click.BadParameter(
-            f"a webhook URL is 1 to {URL_MAX_LENGTH} characters, with no spaces, "
-            "line breaks or control characters (percent-encode them)")
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname
-        parts.port  # noqa: B018 -- raises ValueError on a malformed port
-    except ValueError as error:
-        raise click.BadParameter(f"{url!r} is not a valid URL ({error})") from None
-    if parts.scheme not in ("http", "https"):
-        raise click.BadParameter(
-            f"{url!r} is not an http:// or https:// URL; webhooks are sent "
-            "only over HTTP(S)")
-    if not host:
-        raise click.BadParameter(f"{url!r} names no host")
-    if parts.username is not None or parts.password is not None:
-        raise click.BadParameter(
-            "credentials in the URL would be sent instead of the bearer token "
-            "and shown by `webhooks list`; pass a token with --bearer")
+    """The URL if a receiver may have it (``receivers.url_problem``, as the
+    API checks); a usage error otherwise."""
+    problem = receivers.url_problem(url)
+    if problem:
+        raise click.BadParameter(problem)
     return url
 
 
 def validate_bearer(ctx, param, token):
-    """The token if it can be sent in an ``Authorization`` header; a usage error otherwise."""
+    """The token if it can be sent to a receiver (``receivers.bearer_problem``,
+    as the API checks); a usage error otherwise."""
     if token is None:
         return None
-    if not 1 <= len(token) <= BEARER_MAX_LENGTH or not token.isascii() \
-            or not _is_visible_text(token):
-        raise click.BadParameter(
-            f"a bearer token is 1 to {BEARER_MAX_LENGTH} visible ASCII characters "
-            "(no spaces, line breaks or control characters)")
+    problem = receivers.bearer_problem(token)
+    if problem:
+        raise click.BadParameter(problem)
     return token
-
-
-def _is_visible_text(text):
-    """True when ``text`` has no whitespace and no control characters."""
-    return text.isprintable() and not any(char.isspace() for char in text)
 
 
 def find_subscription(subscription_id):

@@ -4,14 +4,15 @@ deliveries`` (inspect, re-send, recover, purge) and ``plantstore worker``.
 Output meant for scripts goes to stdout; failures are explained on stderr
 with a non-zero exit. Every command runs inside the app's context.
 """
-import datetime
 import signal
 
 import click
 from flask import current_app
 from flask.cli import AppGroup, with_appcontext
+from marshmallow import ValidationError
 
 from ..cli_params import LIST_LIMIT, ROW_ID
+from ..fields import UtcTimestamp
 from ..models import Attempt, Delivery
 from . import lifecycle
 from .cli import find_delivery, find_subscription, send_now, when
@@ -20,15 +21,14 @@ from .worker import Worker
 
 
 def parse_since(ctx, param, text):
-    """An RFC 3339 time with an offset, as naive UTC; a usage error otherwise."""
+    """An RFC 3339 time with an offset, as naive UTC (read as the API reads
+    ``since``); a usage error otherwise."""
     try:
-        moment = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
+        return UtcTimestamp().deserialize(text)
+    except ValidationError as error:
         raise click.BadParameter(
-            f"{text!r} is not an RFC 3339 time with an offset, e.g. 2026-01-31T12:00:00Z")
-    return moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+            f"{text!r}: {' '.join(error.messages)} Give an RFC 3339 time with an "
+            "offset, e.g. 2026-01-31T12:00:00Z.") from None
 
 
 @click.group("deliveries", cls=AppGroup)

@@ -13,9 +13,17 @@ from ..db import database, is_sqlite
 from ..models import Attempt, Delivery, Subscription, User
 from . import audience, lifecycle, secrets, signing, ssrf
 from .config import settings_of
-from .schemas import (ROW_ID_MAX, CreatedSubscriptionSchema, DeliveryQueryArgsSchema,
-                      DeliverySchema, NewSubscriptionSchema, RecoveredSchema,
-                      RecoverSchema, RotatedSecretSchema, SubscriptionSchema)
+from .schemas import (
+    ROW_ID_MAX,
+    CreatedSubscriptionSchema,
+    DeliveryQueryArgsSchema,
+    DeliverySchema,
+    NewSubscriptionSchema,
+    RecoveredSchema,
+    RecoverSchema,
+    RotatedSecretSchema,
+    SubscriptionSchema,
+)
 
 INTEGER = re.compile(r"-?[0-9]+")
 

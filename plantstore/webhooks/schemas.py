@@ -4,30 +4,31 @@ with their attempts, and what clients send to make or recover them.
 Secrets appear in two answers only (a new subscription, a rotation) and
 bearer tokens in none.
 """
-import datetime
-
 import marshmallow as ma
 from marshmallow import validate
 
-from ..api import QueryArgsSchema
+from ..fields import IntegerText, QueryArgsSchema, Text, UtcDateTime, UtcTimestamp
 from ..models import Delivery
-from ..plants.schemas import Text
-from .ssrf import MAX_URL_LENGTH
+from .receivers import (
+    BEARER_MAX_LENGTH,
+    BEARER_PATTERN,
+    URL_MAX_LENGTH,
+    bearer_problem,
+    url_problem,
+)
 
-# RFC 6750 b64token: what an Authorization: Bearer header may carry.
-BEARER_PATTERN = r"^[A-Za-z0-9\-._~+/]+=*$"
-BEARER_MAX_LENGTH = 1000
 LIMIT_MAX = 100
 ROW_ID_MAX = 2 ** 31 - 1
 
 
-class UtcDateTime(ma.fields.DateTime):
-    """A stored (naive UTC) time, shown in RFC 3339 with its Z."""
-
-    def _serialize(self, value, attr, obj, **kwargs):
-        if value is None:
-            return None
-        return value.replace(tzinfo=datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+def refusing(problem_of):
+    """A marshmallow validator refusing a value for which ``problem_of``
+    (``receivers.url_problem``, ...) tells a problem, with its sentence."""
+    def validator(value):
+        problem = problem_of(value)
+        if problem:
+            raise ma.ValidationError(problem)
+    return validator
 
 
 class NewSubscriptionSchema(ma.Schema):
@@ -37,15 +38,14 @@ class NewSubscriptionSchema(ma.Schema):
         ordered = True
         unknown = ma.EXCLUDE
 
-    url = Text(required=True, validate=validate.Length(1, MAX_URL_LENGTH), metadata={
+    url = Text(required=True, validate=refusing(url_problem), metadata={
         "description": "An http:// or https:// URL that resolves only to public "
                        "addresses (unless the operator allows more); no credentials.",
-        "example": "https://hooks.example.com/plantstore"})
-    bearer = Text(validate=[validate.Length(1, BEARER_MAX_LENGTH),
-                            validate.Regexp(BEARER_PATTERN)],
-                  metadata={"description": "Sent to the receiver as "
-                                           "`Authorization: Bearer <bearer>`.",
-                            "pattern": BEARER_PATTERN})
+        "example": "https://hooks.example.com/plantstore",
+        "minLength": 1, "maxLength": URL_MAX_LENGTH})
+    bearer = Text(validate=refusing(bearer_problem), metadata={
+        "description": "Sent to the receiver as `Authorization: Bearer <bearer>`.",
+        "pattern": BEARER_PATTERN, "minLength": 1, "maxLength": BEARER_MAX_LENGTH})
 
 
 class SubscriptionSchema(ma.Schema):
@@ -136,9 +136,9 @@ class DeliveryQueryArgsSchema(QueryArgsSchema):
     """GET /webhooks/{id}/deliveries query: a state, a page size, a cursor."""
     status = ma.fields.String(validate=validate.OneOf(
         [Delivery.PENDING, Delivery.DELIVERED, Delivery.FAILED]))
-    limit = ma.fields.Integer(load_default=20, validate=validate.Range(1, LIMIT_MAX),
-                              metadata={"description": "Deliveries per page"})
-    after = ma.fields.Integer(validate=validate.Range(1, ROW_ID_MAX), metadata={
+    limit = IntegerText(1, LIMIT_MAX, load_default=20,
+                        metadata={"description": "Deliveries per page"})
+    after = IntegerText(1, ROW_ID_MAX, metadata={
         "description": "Cursor: only deliveries older than this one (taken from "
                        "the Link header of the previous page)"})
 
@@ -149,14 +149,8 @@ class RecoverSchema(ma.Schema):
     class Meta:
         unknown = ma.EXCLUDE
 
-    since = ma.fields.AwareDateTime(required=True, metadata={
+    since = UtcTimestamp(required=True, metadata={
         "description": "An RFC 3339 time with its offset, e.g. 2026-01-31T12:00:00Z."})
-
-    @ma.post_load
-    def in_utc(self, data, **kwargs):
-        """The time as stored ones are: naive UTC."""
-        data["since"] = data["since"].astimezone(datetime.timezone.utc).replace(tzinfo=None)
-        return data
 
 
 class RecoveredSchema(ma.Schema):

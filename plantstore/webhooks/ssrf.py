@@ -1,8 +1,9 @@
 """Where webhooks registered through the API may be sent: public addresses only.
 
 A URL chosen by a client is hostile until checked. ``check_url`` is the
-registration check: http(s), no credentials, a host that is not a numeric
-trick and that resolves only to addresses ``Policy.permits``. At every send,
+registration check: a well-formed receiver URL (``receivers.url_problem``)
+whose host is not a numeric trick and resolves only to addresses
+``Policy.permits``. At every send,
 ``PinnedAddressAdapter`` resolves and checks again and connects to the
 address it checked (keeping the Host header and the TLS server name and
 certificate check on the URL's host), so DNS cannot change the answer
@@ -26,8 +27,7 @@ import requests
 from requests.structures import CaseInsensitiveDict
 
 from .deadline import DeadlineAdapter
-
-MAX_URL_LENGTH = 2000
+from .receivers import url_problem
 
 LOOKUPS_AT_ONCE = 32
 """Lookup threads per process. A lookup is given up at its timeout, but its
@@ -172,21 +172,11 @@ def is_numeric_trick(host):
 
 def check_url(url, policy):
     """None if ``url`` may be registered under ``policy``; else why not (a sentence)."""
-    if len(url) > MAX_URL_LENGTH:
-        return f"Must be at most {MAX_URL_LENGTH} characters."
-    if any(character.isspace() or ord(character) < 32 for character in url):
-        return "Must not contain whitespace or control characters."
-    try:
-        parts = urlsplit(url)
-        host, port = parts.hostname, parts.port
-    except ValueError as error:
-        return f"Is not a valid URL ({error})."
-    if parts.scheme not in ("http", "https"):
-        return "Must be an http:// or https:// URL."
-    if not host:
-        return "Must name a host."
-    if parts.username is not None or parts.password is not None:
-        return "Must not carry credentials; send a token with 'bearer' instead."
+    problem = url_problem(url)
+    if problem:
+        return problem
+    parts = urlsplit(url)
+    host, port = parts.hostname, parts.port
     if is_numeric_trick(host):
         return f"The host {host!r} must be a name, a dotted-quad IPv4 or an IPv6 address."
     try:
