@@ -148,19 +148,6 @@ class Blueprint(flask_smorest.Blueprint):
         return decorate
 
 
-class QueryArgsSchema(ma.Schema):
-    """A query string's arguments: each may be given once (``?limit=1&limit=1000``
-    is ambiguous, so a 400 rather than picking one)."""
-
-    @ma.pre_load
-    def refuse_repeated_parameters(self, data, **kwargs):
-        repeated = {name: ["Must be given at most once."]
-                    for name in self.fields if len(data.getlist(name)) > 1}
-        if repeated:
-            raise ma.ValidationError(repeated)
-        return data
-
-
 def no_content():
     """A 204 answer: no body, so no content type either."""
     response = flask.current_app.response_class(status=204)
