@@ -19,7 +19,8 @@ from peewee import SQL
 
 from .db import is_sqlite
 
-_NOW = "(now() AT TIME ZONE 'UTC')"
+POSTGRES_NOW = "(now() AT TIME ZONE 'UTC')"
+"""The database's current time in SQL, as stored: naive UTC."""
 
 
 def local_now():
@@ -32,14 +33,14 @@ def now():
     """The database's current time (naive UTC), as a peewee value."""
     if is_sqlite():
         return local_now()
-    return SQL(_NOW)
+    return SQL(POSTGRES_NOW)
 
 
 def after(seconds):
     """The database's current time plus ``seconds`` (negative: before)."""
     if is_sqlite():
         return local_now() + datetime.timedelta(seconds=seconds)
-    return SQL(f"({_NOW} + %s * interval '1 second')", [float(seconds)])
+    return SQL(f"({POSTGRES_NOW} + %s * interval '1 second')", [float(seconds)])
 
 
 def before(seconds):

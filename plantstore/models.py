@@ -98,7 +98,9 @@ class Delivery(BaseModel):
     status = CharField(max_length=16, default=PENDING)
     attempts = IntegerField(default=0)
     next_attempt_at = DateTimeField(default=utcnow)
-    locked_until = DateTimeField(null=True)
+    locked_until = DateTimeField(null=True)  # by the database's clock (see clock.py)
+    lease = IntegerField(default=0)  # the fence: bumped by every claim (see webhooks/queue.py)
+    traceparent = TextField(null=True)  # the W3C trace context of the create
     last_error = TextField(null=True)
     created_at = DateTimeField(default=utcnow)
     delivered_at = DateTimeField(null=True)
@@ -110,6 +112,10 @@ class Delivery(BaseModel):
 
 # What a worker's claim reads: the pending deliveries, in the order they are due.
 Delivery.add_index(Delivery.index(Delivery.next_attempt_at, Delivery.id, name="delivery_due",
+                                  where=Delivery.status == Delivery.PENDING))
+# What a fair claim reads: a subscription's pending deliveries, in that order.
+Delivery.add_index(Delivery.index(Delivery.subscription, Delivery.next_attempt_at, Delivery.id,
+                                  name="delivery_due_per_subscription",
                                   where=Delivery.status == Delivery.PENDING))
 
 
@@ -127,8 +133,8 @@ class Attempt(BaseModel):
 class IdempotencyKey(BaseModel):
     """An ``Idempotency-Key`` a user sent, with the answer it gets again.
 
-    ``status`` is null until the answer is stored (in the transaction of the
-    effect); ``locked_until`` is set while a request holds the key.
+    The row is inserted, and its answer stored, in the transaction of the
+    effect (see ``plantstore.idempotency``): a committed row has its answer.
     """
     id = AutoField()
     user = ForeignKeyField(User, on_delete="CASCADE")
@@ -137,9 +143,8 @@ class IdempotencyKey(BaseModel):
     status = IntegerField(null=True)
     content_type = CharField(max_length=100, null=True)
     body = TextField(null=True)
-    locked_until = DateTimeField(null=True)
     created_at = DateTimeField(default=utcnow)
-    expires_at = DateTimeField(index=True)
+    expires_at = DateTimeField(index=True)  # by the database's clock (see clock.py)
 
     class Meta:
         indexes = ((("user", "key"), True),)

@@ -10,6 +10,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 
 from helpers import bearer, create_plant, free_port
 from plantstore.models import Attempt, Delivery, Subscription
+from plantstore.webhooks import queue
 from plugins.webhooks import (RETRY_EVERY_SECOND, Answer, subscribe, verify,
                               wait_for_attempts)
 
@@ -62,8 +63,7 @@ def test_deliveries_are_written_in_the_plant_transaction_only_for_active_subscri
     active, disabled = make_receiver(), make_receiver()
     active_id, _ = subscribe(runner, active.url)
     disabled_id, _ = subscribe(runner, disabled.url)
-    from plantstore.webhooks.outcomes import disable_subscription
-    disable_subscription(disabled_id, "test")
+    queue.disable(disabled_id, queue.GONE, "test")
 
     create_plant(client, alice, 1)
     conflict = client.post("/plants", json={"id": 1, "name": "again"}, headers=bearer(alice))
@@ -97,7 +97,7 @@ def test_a_failing_receiver_never_fails_the_create_and_the_delivery_waits_for_a_
     assert 0.9 <= wait <= 1.1 + 0.5, wait  # the schedule's first step, ±10 % jitter
 
 
-def test_slow_receivers_never_hold_the_create_past_connect_plus_read_timeout(
+def test_slow_receivers_never_hold_the_create(
         client, runner, alice, make_receiver):
     slow = [make_receiver(Answer(delay=5)) for _ in range(3)]
     for receiver in slow:
@@ -107,7 +107,7 @@ def test_slow_receivers_never_hold_the_create_past_connect_plus_read_timeout(
     create_plant(client, alice, 1)
     elapsed = time.monotonic() - started
 
-    assert elapsed < CONNECT + READ + 0.4, elapsed
+    assert elapsed < 5 / 2, elapsed  # the receivers answer after 5 s
     wait_for_attempts(3)
     for attempt in Attempt.select():
         assert attempt.status_code is None and attempt.error.startswith("timeout")

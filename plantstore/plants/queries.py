@@ -5,12 +5,11 @@
   list costs one index range scan and no query building. Each reads
   ``(id, name, tag)`` rows ordered by id, through the ``(owner_id, id)``
   index for a user and the primary key for an admin.
-- ``insert``: a new plant, as ``Plant.create`` would store it.
-"""
-import datetime
 
+A new plant is stored with its webhook deliveries (``webhooks.store_and_announce``).
+"""
 from ..db import Statement
-from ..models import Plant, utcnow
+from ..models import Plant
 
 _COLUMNS = (Plant.id, Plant.name, Plant.tag)
 
@@ -37,16 +36,3 @@ def page(caller, after, limit):
     if after is None:
         return _OWN_FIRST.rows(caller.user_id, limit)
     return _OWN_AFTER.rows(caller.user_id, after, limit)
-
-
-_INSERT = Statement(
-    lambda id, owner, name, tag, created_at: Plant.insert(
-        id=id, owner=owner, name=name, tag=tag, created_at=created_at),
-    -1, -2, "name", "tag", datetime.datetime(2000, 1, 1))
-
-
-def insert(owner_id, id, name, tag=None):
-    """Store a new plant of ``owner_id`` and return it (IntegrityError if the id is taken)."""
-    created_at = utcnow()
-    _INSERT.execute(id, owner_id, name, tag, created_at)
-    return Plant(id=id, owner=owner_id, name=name, tag=tag, created_at=created_at)

@@ -6,10 +6,9 @@ from peewee import IntegrityError
 
 from ..api import Blueprint, json_response, no_content
 from ..auth import READ, WRITE
-from ..db import database
 from ..models import Plant
 from .. import webhooks
-from ..webhooks.config import dispatcher_of
+from ..webhooks.config import web_sender_of
 from . import queries
 from .schemas import (INT64_MAX, INT64_MIN, IntegerText, NewPlantSchema,
                       PlantQueryArgsSchema, PlantSchema, plant_json)
@@ -65,10 +64,9 @@ def create_plant(new_plant):
     The id is chosen by the client and must be unused (409 otherwise). Every
     active webhook subscription is told, at least once.
     """
+    plant = Plant(owner=g.caller.user_id, **new_plant)
     try:
-        with database.atomic():
-            plant = queries.insert(g.caller.user_id, **new_plant)
-            webhooks.announce(plant, dispatcher_of(current_app))
+        webhooks.store_and_announce(plant, web_sender_of(current_app))
     except IntegrityError:
         abort(409, message=f"A plant with id {new_plant['id']} already exists.")
     return json_response(plant_json(plant.name, plant.tag))

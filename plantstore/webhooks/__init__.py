@@ -1,19 +1,33 @@
-"""The "New Plant" webhook: the outbox, signing, sending and the worker.
+"""The "New Plant" webhook: the queue of deliveries, signing, sending and the worker.
 
-The create route's one entry point is ``announce``.
+The create route's one entry point is ``store_and_announce``.
 """
+from flask import json
+
 from ..db import database
-from . import outbox
+from . import queue
+
+NEW_PLANT_EVENT = "plant.created"
 
 
-def announce(plant, dispatcher):
-    """Record ``plant``'s deliveries in the current transaction, and have the
-    ``dispatcher`` attempt them once that transaction commits.
+def new_plant_payload(plant):
+    """The NewPlant body receivers get: id, name, and tag when it is set."""
+    body = {"id": plant.id, "name": plant.name}
+    if plant.tag is not None:
+        body["tag"] = plant.tag
+    return json.dumps(body)
 
-    Never waits for a receiver: the attempts run in the dispatcher's
-    threads, and deliveries that find no free slot are left to the workers.
-    If the transaction rolls back, nothing is recorded and nothing sent.
+
+def store_and_announce(plant, web_sender):
+    """Store ``plant`` with a delivery for every subscription that hears about
+    it, together, and have ``web_sender`` attempt them once that commits.
+
+    Never waits for a receiver: the attempts run in the sender's threads, and
+    deliveries that find no free slot are left to the workers. If the
+    transaction rolls back, nothing is stored and nothing sent.
+    IntegrityError if the plant's id is taken.
     """
-    jobs = outbox.record_new_plant(plant, dispatcher.settings)
+    jobs = queue.store_plant(plant, NEW_PLANT_EVENT, new_plant_payload(plant),
+                             web_sender.settings)
     if jobs:
-        database.after_commit(lambda: dispatcher.send_or_leave(jobs))
+        database.after_commit(lambda: web_sender.offer(jobs))

@@ -16,10 +16,9 @@ that every process and machine sees it.
   opening time and the probe time are cleared and the waiting deliveries go
   out on their schedule again.
 """
-import datetime
-
 from peewee import Case
 
+from .. import clock
 from ..models import Subscription
 
 
@@ -45,13 +44,14 @@ def streak_change(results):
     return closed, failures
 
 
-def changes(results, settings, now):
-    """The subscription columns the ``results`` of its attempts (in the order
-    they ended) change, as an UPDATE's mapping; empty when none."""
-    closed, failures = streak_change(results)
+def changes(closed, failures, settings):
+    """The subscription columns an ended batch of its attempts changes, as an
+    UPDATE's mapping (empty when none), from ``streak_change``'s ``closed``
+    and ``failures``. Times are the database's (``queue_sql.RECORD_OUTCOMES``
+    applies the same rules on PostgreSQL)."""
     if not closed and not failures:
         return {}
-    next_probe = now + datetime.timedelta(seconds=settings.breaker_cooldown)
+    now, next_probe = clock.now(), clock.after(settings.breaker_cooldown)
     if closed:
         tripped = failures >= settings.breaker_threshold
         return {Subscription.failure_streak: failures,

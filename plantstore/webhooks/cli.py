@@ -15,10 +15,9 @@ from flask.cli import AppGroup
 from ..cli_params import ROW_ID
 from ..db import database
 from ..models import Delivery, Subscription, utcnow
-from . import dispatch, lifecycle, receivers, secrets, signing
+from . import queue, receivers, secrets, sender, signing
 from .breaker import is_open
 from .config import settings_of
-from .worker import ClaimRefused, claim_for_retry
 
 TIME = "%Y-%m-%d %H:%M:%S"
 
@@ -159,7 +158,7 @@ def webhooks_enable(subscription_id):
     `plantstore deliveries recover --subscription ID --since TIME`.
     """
     find_subscription(subscription_id)
-    lifecycle.enable(subscription_id)
+    queue.enable(subscription_id)
     click.echo(f"enabled webhook subscription {subscription_id}")
 
 
@@ -176,7 +175,7 @@ def webhooks_test(subscription_id):
         raise click.ClickException(
             f"subscription {subscription_id} is disabled "
             f"({subscription.disabled_reason or 'no reason recorded'}); enable it first")
-    delivery = lifecycle.queue_test_event(subscription_id)
+    delivery = queue.enqueue_test_event(subscription_id)
     send_now(delivery.id, failed="failed")
 
 
@@ -184,10 +183,10 @@ def send_now(delivery_id, failed="failed again"):
     """Attempt a delivery now and say how it went (exit 1 if it failed)."""
     settings = settings_of(current_app)
     try:
-        job = claim_for_retry(delivery_id, settings)
-    except ClaimRefused as refused:
+        job = queue.take_for_resend(delivery_id, settings)
+    except queue.ResendRefused as refused:
         raise click.ClickException(str(refused)) from None
-    outcome = dispatch.deliver_now(job, settings)
+    [outcome] = queue.record([(job, sender.attempt(job, settings))], settings)
     delivery = find_delivery(delivery_id)
     if outcome == "delivered":
         click.echo(f"delivered {delivery.message_id}")

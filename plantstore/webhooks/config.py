@@ -3,13 +3,13 @@
 Sending happens in threads that have no app context, so everything a send or
 an outcome needs is taken from the app's (already parsed and bounded)
 configuration into one immutable ``WebhookSettings``, kept in
-``app.extensions`` beside the app's ``Dispatcher`` (the sender threads that
+``app.extensions`` beside the app's ``WebSender`` (the sender threads that
 attempt deliveries right after creates).
 """
 import dataclasses
 
 EXTENSION_KEY = "plantstore.webhooks"
-DISPATCHER_KEY = "plantstore.webhooks.dispatcher"
+SENDER_KEY = "plantstore.webhooks.web_sender"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,9 +52,9 @@ def from_config(config, version):
         read_timeout=read,
         retry_schedule=config["WEBHOOK_RETRY_SCHEDULE"],
         max_response_bytes=config["WEBHOOK_MAX_RESPONSE_BYTES"],
-        # A lease shorter than an attempt could let a second sender start
-        # while the first is still waiting for the receiver.
-        lease_seconds=max(config["WEBHOOK_LEASE_SECONDS"], 2 * (connect + read)),
+        # A lease must outlast an attempt with room to spare (an attempt
+        # starts only while its lease has its deadline and a margin left).
+        lease_seconds=max(config["WEBHOOK_LEASE_SECONDS"], 2 * (connect + read) + 1),
         secret_overlap_hours=config["WEBHOOK_SECRET_OVERLAP_HOURS"],
         poll_interval=config["WORKER_POLL_INTERVAL"],
         batch_size=config["WORKER_BATCH_SIZE"],
@@ -71,13 +71,12 @@ def from_config(config, version):
 
 
 def init_app(app):
-    """Gather the webhook settings of ``app`` and make its dispatcher (whose
+    """Gather the webhook settings of ``app`` and make its web sender (whose
     threads start with the first attempt)."""
     from .. import __version__
-    from .dispatch import Dispatcher
+    from .web_sender import WebSender
     settings = app.extensions[EXTENSION_KEY] = from_config(app.config, __version__)
-    app.extensions[DISPATCHER_KEY] = Dispatcher(
-        settings, settings.sends_per_process, settings.sends_per_receiver)
+    app.extensions[SENDER_KEY] = WebSender(settings)
 
 
 def settings_of(app):
@@ -85,6 +84,6 @@ def settings_of(app):
     return app.extensions[EXTENSION_KEY]
 
 
-def dispatcher_of(app):
-    """The dispatcher of ``app``'s web process."""
-    return app.extensions[DISPATCHER_KEY]
+def web_sender_of(app):
+    """The web sender of ``app``'s process."""
+    return app.extensions[SENDER_KEY]

@@ -14,7 +14,7 @@ from marshmallow import ValidationError
 from ..cli_params import LIST_LIMIT, ROW_ID
 from ..fields import UtcTimestamp
 from ..models import Attempt, Delivery
-from . import lifecycle
+from . import queue
 from .cli import find_delivery, find_subscription, send_now, when
 from .config import settings_of
 from .worker import Worker
@@ -120,7 +120,7 @@ def deliveries_recover(subscription_id, since):
         raise click.ClickException(
             f"subscription {subscription_id} is disabled; enable it first with "
             f"`plantstore webhooks enable {subscription_id}`")
-    queued = lifecycle.recover(subscription_id, since)
+    queued = queue.recover(subscription_id, since)
     click.echo(f"queued {queued} failed deliveries of subscription {subscription_id} again")
 
 
@@ -131,7 +131,7 @@ def deliveries_purge(days):
     """Delete delivered and failed deliveries older than DAYS, with their
     attempts, in small batches; pending ones are never deleted."""
     days = days or settings_of(current_app).retention_days
-    deleted = lifecycle.purge(days)
+    deleted = queue.purge(days)
     click.echo(f"deleted {deleted} deliveries older than {days} days")
 
 

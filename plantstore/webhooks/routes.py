@@ -11,7 +11,7 @@ from ..api import Blueprint, json_response, no_content
 from ..auth import WEBHOOKS_READ, WEBHOOKS_WRITE
 from ..db import database, is_sqlite
 from ..models import Attempt, Delivery, Subscription, User
-from . import audience, lifecycle, secrets, signing, ssrf
+from . import audience, queue, secrets, signing, ssrf
 from .config import settings_of
 from .schemas import (
     ROW_ID_MAX,
@@ -135,7 +135,7 @@ def enable_subscription(id):
     Deliveries failed meanwhile stay failed; send them again with recover.
     """
     subscription = _own(id)
-    lifecycle.enable(subscription.id)
+    queue.enable(subscription.id)
     return Subscription.get_by_id(subscription.id)
 
 
@@ -209,7 +209,7 @@ def send_test_event(id):
     other. 409 when the subscription is disabled.
     """
     subscription = _active(_own(id))
-    delivery = lifecycle.queue_test_event(subscription.id)
+    delivery = queue.enqueue_test_event(subscription.id)
     delivery.attempt_rows = []
     delivery.next_attempt = delivery.next_attempt_at
     return delivery, 202
@@ -227,4 +227,4 @@ def recover_deliveries(recovery, id):
     subscription is disabled (enable it first).
     """
     subscription = _active(_own(id))
-    return {"queued": lifecycle.recover(subscription.id, recovery["since"])}, 202
+    return {"queued": queue.recover(subscription.id, recovery["since"])}, 202

@@ -15,12 +15,13 @@ import datetime
 import email.utils
 import functools
 import os
+import logging
 import threading
 import time
 
 import requests
 
-from ..models import utcnow
+from ..clock import local_now
 from . import ssrf
 from .deadline import DeadlineAdapter, attempt_deadline
 from .signing import signature_headers
@@ -30,6 +31,8 @@ EXCERPT_CHARS = 200
 
 RECEIVER_POOL_CONNECTIONS = 64
 """Keep-alive connections kept per receiver (more may be open, briefly)."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,14 +121,26 @@ def _excerpt(body):
     return text[:EXCERPT_CHARS] or None
 
 
+def attempt(job, settings):
+    """One attempt at ``job``: its ``SendResult``, never an exception (a bug
+    must not lose the delivery: it is retried)."""
+    started_at, clock = local_now(), time.monotonic()
+    try:
+        return send(job, settings)
+    except Exception as error:
+        log.exception("delivery %s: the attempt could not be made", job.delivery_id)
+        return SendResult(started_at, int((time.monotonic() - clock) * 1000),
+                          error=f"{type(error).__name__}: {error}"[:500])
+
+
 def send(job, settings):
     """POST ``job``'s payload to its receiver once; never raises for HTTP trouble."""
-    started_at = utcnow()
+    started_at = local_now()
     timestamp = datetime.datetime.now(datetime.timezone.utc)
     headers = {
         "Content-Type": "application/json",
         "User-Agent": settings.user_agent,
-        **signature_headers(job.message_id, timestamp, job.payload, job.signing_secrets),
+        **signature_headers(job.message_id, timestamp, job.payload, job.signing_secrets()),
     }
     if job.bearer_token:
         headers["Authorization"] = f"Bearer {job.bearer_token}"

@@ -1,0 +1,568 @@
+"""The delivery queue: the one module that changes a delivery's state.
+
+A delivery is one event for one subscription. It is *pending* until a 2xx
+(*delivered*), until its last retry fails or its subscription is disabled
+(*failed*). Its life, all here: enqueued with the plant that caused it
+(``store_plant``) or as a test event; claimed by a worker (``claim``) or
+taken for a re-send (``take_for_resend``); completed, retried or failed
+(``record``); given back unsent (``give_back``); failed with its
+subscription (``disable``); queued again (``recover``); purged after its
+retention (``purge_batch``).
+
+A sender holds a delivery through a **lease**: ``locked_until``, computed
+by the database's clock, and ``lease``, a token every claim bumps. An
+outcome or a give-back is written only under the token its sender holds, so
+a sender whose lease ran out (and whose delivery another claimed) writes
+nothing. An attempt starts only while its lease has the attempt's deadline
+plus ``LEASE_MARGIN_SECONDS`` left, counted from before the claim was sent
+on this process's monotonic clock (``Job.lease_left``): no other sender can
+take the row while the attempt is under way, whatever the hosts' clocks say.
+
+On PostgreSQL each operation is one statement (``queue_sql``); on SQLite
+(one host) the same operations are peewee queries in one transaction.
+"""
+import collections
+import dataclasses
+import logging
+import random
+import time
+import uuid
+
+from peewee import fn
+
+from .. import clock, metrics
+from ..db import database, is_sqlite
+from ..models import Attempt, Delivery, Plant, Subscription
+from . import audience, breaker, queue_sql
+from .secrets import signing_secrets
+
+log = logging.getLogger(__name__)
+
+DELIVERED = "delivered"  # a 2xx: done
+RETRY = "retry"          # a failure with retries left: scheduled again
+FAILED = "failed"        # a failure after the last retry: given up
+GONE = "gone"            # a 410: the subscription is disabled, its queue failed
+
+LOG_LEVELS = {DELIVERED: logging.DEBUG, RETRY: logging.INFO,
+              FAILED: logging.WARNING, GONE: logging.WARNING}
+
+JITTER = 0.1
+"""Each scheduled delay is spread by up to this fraction either way, so a
+receiver coming back is not hit by every retry in the same second."""
+
+LEASE_MARGIN_SECONDS = 1.0
+"""How much longer than its attempt's deadline a lease must still last for
+the attempt to start: its outcome is written inside the lease."""
+
+PURGE_BATCH = 500
+"""Deliveries one purge transaction deletes, so it never holds locks for long."""
+
+TEST_EVENT = "plant.test"
+TEST_PAYLOAD = '{"id": 0, "name": "Example plant (a test event from plantstore)", "tag": "test"}'
+"""The example New Plant body of a test event (a plant that does not exist)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A leased delivery: what one attempt needs, and the lease it holds."""
+    delivery_id: int
+    message_id: str
+    payload: str
+    attempts: int  # made before this one
+    lease: int  # the token the outcome is written under
+    traceparent: str | None  # the trace of the request that queued it
+    subscription_id: int
+    owner_id: int | None  # None: an operator's subscription
+    url: str
+    bearer_token: str | None
+    secret: str
+    retired_secrets: str | None
+    breaker_open: bool
+    leased_at: float  # time.monotonic() before the lease was taken
+    lease_seconds: float
+
+    @classmethod
+    def from_row(cls, row, leased_at, lease_seconds):
+        """The job of a row of ``queue_sql.JOB_COLUMNS``."""
+        return cls(*row, leased_at=leased_at, lease_seconds=lease_seconds)
+
+    @property
+    def restricted(self):
+        """An API subscription: sent only to permitted addresses."""
+        return self.owner_id is not None
+
+    @property
+    def owner_key(self):
+        """Whose share of the sending slots it uses (operators are owner 0)."""
+        return self.owner_id or 0
+
+    def lease_left(self):
+        """Seconds its lease surely still lasts, by this process's clock."""
+        return self.leased_at + self.lease_seconds - time.monotonic()
+
+    def may_start(self, send_bound):
+        """Whether an attempt started now ends, with its outcome, inside the lease."""
+        return self.lease_left() > send_bound + LEASE_MARGIN_SECONDS
+
+    def signing_secrets(self):
+        """The secrets that sign its message now: the current one first."""
+        return signing_secrets(self, clock.local_now())
+
+
+_SQLITE_JOB_COLUMNS = (
+    Delivery.id, Delivery.message_id, Delivery.payload, Delivery.attempts, Delivery.lease,
+    Delivery.traceparent, Subscription.id, Subscription.owner, Subscription.url,
+    Subscription.bearer_token, Subscription.secret, Subscription.retired_secrets,
+    Subscription.breaker_opened_at.is_null(False))
+
+
+def _sqlite_jobs(delivery_ids, leased_at, settings):
+    rows = (Delivery.select(*_SQLITE_JOB_COLUMNS).join(Subscription)
+            .where(Delivery.id.in_(delivery_ids)).order_by(Delivery.id).tuples())
+    return [Job.from_row(row, leased_at, settings.lease_seconds) for row in rows]
+
+
+# --- enqueue -----------------------------------------------------------------
+
+def store_plant(plant, event_type, payload, settings, traceparent=None):
+    """Store ``plant`` with one pending delivery per active subscription that
+    hears about it (see ``audience``), together: one statement on
+    PostgreSQL, one transaction on SQLite (nested in the caller's, if any).
+    IntegrityError if the plant's id is taken.
+
+    Deliveries to receivers whose breaker is closed are leased to the calling
+    process, which attempts them once committed; workers leave them alone
+    until the lease runs out, so a process that dies after the commit delays
+    them but never loses them. Returns those jobs.
+    """
+    leased_at = time.monotonic()
+    if not is_sqlite():
+        rows = database.execute_sql(queue_sql.STORE_PLANT_WITH_DELIVERIES, {
+            "id": plant.id, "owner": plant.owner_id, "name": plant.name, "tag": plant.tag,
+            "event": event_type, "payload": payload, "traceparent": traceparent,
+            "lease_seconds": settings.lease_seconds}).fetchall()
+        jobs = [Job.from_row(row, leased_at, settings.lease_seconds) for row in rows]
+    else:
+        with database.atomic():
+            Plant.insert(id=plant.id, owner=plant.owner_id, name=plant.name, tag=plant.tag,
+                         created_at=clock.now()).execute()
+            ids = [_insert_delivery(subscription.id, event_type, payload, traceparent,
+                                    lease_seconds=None if breaker.is_open(subscription)
+                                    else settings.lease_seconds)
+                   for subscription in audience.hearing_about(plant.owner_id)]
+            jobs = _sqlite_jobs(ids, leased_at, settings) if ids else []
+    to_send = [job for job in jobs if not job.breaker_open]
+    for _ in range(len(jobs) - len(to_send)):
+        metrics.count_left_to_worker("breaker open")
+    return to_send
+
+
+def _insert_delivery(subscription_id, event_type, payload, traceparent=None,
+                     lease_seconds=None):
+    """One pending delivery, due now, leased for ``lease_seconds`` if given."""
+    return Delivery.insert(
+        subscription=subscription_id, message_id=f"msg_{uuid.uuid4().hex}",
+        event_type=event_type, payload=payload, status=Delivery.PENDING, lease=1,
+        next_attempt_at=clock.now(), created_at=clock.now(), traceparent=traceparent,
+        locked_until=None if lease_seconds is None else clock.after(lease_seconds),
+    ).execute()
+
+
+def enqueue_test_event(subscription_id):
+    """Queue a signed example New Plant event for the subscription, due now
+    (the workers send it like any other); returns the delivery."""
+    with database.atomic():
+        return Delivery.get_by_id(_insert_delivery(subscription_id, TEST_EVENT, TEST_PAYLOAD))
+
+
+# --- claim -------------------------------------------------------------------
+
+def claim(limit, settings, receiver_room, owner_room, rooms=None, owner_rooms=None,
+          due_by=None):
+    """Lease up to ``limit`` deliveries due by ``due_by`` (a time read from
+    the database; default: now) to this process, fairly; their jobs.
+
+    At most ``rooms.get(subscription id, receiver_room)`` per subscription
+    and ``owner_rooms.get(owner key, owner_room)`` per owner, the owners
+    taking turns; a subscription whose breaker is open gets one, its probe,
+    when the probe is due (and only one claim gets it).
+    """
+    rooms, owner_rooms = rooms or {}, owner_rooms or {}
+    leased_at = time.monotonic()
+    if not is_sqlite():
+        rows = database.execute_sql(queue_sql.CLAIM, {
+            "room_ids": list(rooms), "rooms": list(rooms.values()),
+            "owner_keys": list(owner_rooms), "owner_rooms": list(owner_rooms.values()),
+            "receiver_room": receiver_room, "owner_room": owner_room, "limit": limit,
+            "due_by": due_by,
+            "cooldown": settings.breaker_cooldown,
+            "lease_seconds": settings.lease_seconds}).fetchall()
+        return [Job.from_row(row, leased_at, settings.lease_seconds) for row in rows]
+    with database.atomic():
+        most = max([receiver_room, *rooms.values()])
+        chosen = _fair_choice(_sqlite_candidates(most, due_by), limit, receiver_room, owner_room,
+                              rooms, owner_rooms, settings)
+        if not chosen:
+            return []
+        (Delivery.update(lease=Delivery.lease + 1,
+                         locked_until=clock.after(settings.lease_seconds))
+         .where(Delivery.id.in_(chosen)).execute())
+        return _sqlite_jobs(chosen, leased_at, settings)
+
+
+_SQLITE_CANDIDATES = """
+SELECT id, subscription_id, owner_key, breaker_open FROM (
+    SELECT d.id, d.subscription_id, d.next_attempt_at,
+           coalesce(s.owner_id, 0) AS owner_key,
+           s.breaker_opened_at IS NOT NULL AS breaker_open,
+           row_number() OVER (PARTITION BY d.subscription_id
+                              ORDER BY d.next_attempt_at, d.id) AS nth
+    FROM delivery d JOIN subscription s ON s.id = d.subscription_id
+    WHERE d.status = 'pending' AND d.next_attempt_at <= :due_by
+      AND (d.locked_until IS NULL OR d.locked_until <= :now) AND s.is_active
+      AND (s.breaker_opened_at IS NULL OR s.breaker_probe_at <= :now))
+WHERE nth <= :most ORDER BY next_attempt_at, id
+"""
+
+
+def _sqlite_candidates(most_per_receiver, due_by):
+    """(delivery id, subscription id, owner key, breaker open) of the due,
+    unleased deliveries of active subscriptions, at most ``most_per_receiver``
+    of each, most overdue first."""
+    return database.execute_sql(_SQLITE_CANDIDATES, {
+        "now": clock.now(), "due_by": due_by or clock.now(),
+        "most": most_per_receiver}).fetchall()
+
+
+def _fair_choice(candidates, limit, receiver_room, owner_room, rooms, owner_rooms,
+                 settings):
+    """The claim's choice on SQLite, as ``queue_sql.CLAIM`` makes it."""
+    by_receiver = collections.Counter()
+    per_owner = collections.defaultdict(list)  # owner -> [(nth of its receiver, id)]
+    probes = set()
+    for delivery_id, subscription_id, owner_key, breaker_open in candidates:
+        room = 1 if breaker_open else rooms.get(subscription_id, receiver_room)
+        if by_receiver[subscription_id] >= room:
+            continue
+        by_receiver[subscription_id] += 1
+        per_owner[owner_key].append((by_receiver[subscription_id], delivery_id,
+                                     subscription_id if breaker_open else None))
+    turns = []
+    for owner_key, entries in per_owner.items():
+        entries.sort(key=lambda entry: entry[0])  # stable: most overdue first within a turn
+        for turn, entry in enumerate(entries[:owner_rooms.get(owner_key, owner_room)]):
+            turns.append((turn, entry))
+    turns.sort(key=lambda pair: pair[0])
+    chosen = []
+    for _, (_, delivery_id, probed) in turns[:limit]:
+        if probed is not None:
+            if probed in probes or not _take_probe(probed, settings):
+                continue
+            probes.add(probed)
+        chosen.append(delivery_id)
+    return chosen
+
+
+def _take_probe(subscription_id, settings):
+    """Reserve the next probe of an open breaker; whether this claim got it."""
+    return (Subscription.update(breaker_probe_at=clock.after(settings.breaker_cooldown))
+            .where(Subscription.id == subscription_id,
+                   Subscription.breaker_probe_at <= clock.now())
+            .execute()) == 1
+
+
+class ResendRefused(Exception):
+    """A delivery cannot be re-sent now; the message says why."""
+
+
+def take_for_resend(delivery_id, settings):
+    """Lease one failed (or waiting) delivery for an immediate re-send; its job.
+
+    It starts over on the retry schedule: if this attempt fails, the retries
+    follow as for a new event, under the same webhook-id.
+    """
+    leased_at = time.monotonic()
+    with database.atomic():
+        delivery = Delivery.get_or_none(Delivery.id == delivery_id)
+        if delivery is None:
+            raise ResendRefused(f"no delivery with id {delivery_id}")
+        if delivery.status == Delivery.DELIVERED:
+            raise ResendRefused(f"delivery {delivery_id} was already delivered "
+                                f"on {delivery.delivered_at:%Y-%m-%d %H:%M:%S} UTC")
+        subscription = delivery.subscription
+        if not subscription.is_active:
+            raise ResendRefused(
+                f"subscription {subscription.id} is disabled "
+                f"({subscription.disabled_reason or 'no reason recorded'}); "
+                f"enable it first with `plantstore webhooks enable {subscription.id}`")
+        now = clock.now()
+        taken = (Delivery.update(status=Delivery.PENDING, attempts=0, next_attempt_at=now,
+                                 lease=Delivery.lease + 1,
+                                 locked_until=clock.after(settings.lease_seconds))
+                 .where(Delivery.id == delivery_id, Delivery.status != Delivery.DELIVERED,
+                        Delivery.locked_until.is_null() | (Delivery.locked_until <= now))
+                 .execute())
+        if not taken:
+            raise ResendRefused(f"delivery {delivery_id} is being sent right now; "
+                                "try again in a moment")
+        return _sqlite_jobs([delivery_id], leased_at, settings)[0]
+
+
+# --- outcomes ----------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """The decision about one attempt: its kind, and in how many seconds to retry."""
+    kind: str
+    retry_in: float | None = None
+
+    @property
+    def status(self):
+        """The delivery's status after it."""
+        return {DELIVERED: Delivery.DELIVERED, RETRY: Delivery.PENDING}.get(
+            self.kind, Delivery.FAILED)
+
+
+def retry_delay(attempts_made, result, settings):
+    """Seconds until the next try after ``attempts_made`` attempts, or None.
+
+    The schedule gives the delay (with jitter); a Retry-After from a 429 or
+    503 makes it at least that long, but never longer than the schedule's
+    largest step.
+    """
+    if attempts_made > len(settings.retry_schedule):
+        return None
+    delay = settings.retry_schedule[attempts_made - 1]
+    delay *= random.uniform(1 - JITTER, 1 + JITTER)
+    if result.retry_after is not None:
+        delay = max(delay, min(result.retry_after, settings.longest_delay))
+    return delay
+
+
+def decide(attempts_made, result, settings):
+    """The outcome of an attempt, the ``attempts_made``-th of its delivery."""
+    if result.ok:
+        return Outcome(DELIVERED)
+    if result.status_code == 410:
+        return Outcome(GONE)
+    delay = retry_delay(attempts_made, result, settings)
+    return Outcome(FAILED) if delay is None else Outcome(RETRY, delay)
+
+
+def record(attempts, settings):
+    """Decide what each ``(job, result)`` means and write them all at once;
+    the outcome kinds, in order (None where the lease was lost meanwhile:
+    the delivery was claimed by another sender, or deleted with its
+    subscription)."""
+    decided = [(job, result, decide(job.attempts + 1, result, settings))
+               for job, result in attempts]
+    with database.connection_context():
+        written = (_write_postgresql if not is_sqlite() else _write_sqlite)(decided, settings)
+        _disable_failing(decided, written, settings)
+        missing = [job.delivery_id for job, _, _ in decided if job.delivery_id not in written]
+        still_there = set()
+        if missing:  # rare: tell a lost lease from a deleted subscription
+            still_there = {row[0] for row in Delivery.select(Delivery.id)
+                           .where(Delivery.id.in_(missing)).tuples()}
+    kinds = []
+    for job, result, outcome in decided:
+        if job.delivery_id not in written:
+            kinds.append(None)
+            why = ("its lease ran out and another sender claimed it"
+                   if job.delivery_id in still_there
+                   else "it was deleted with its subscription")
+            log.warning("delivery %s (%s): outcome (%s) not written: %s", job.delivery_id,
+                        job.message_id, result.summary() or "delivered", why)
+            continue
+        kinds.append(outcome.kind)
+        metrics.count_delivery(outcome.kind)
+        log.log(LOG_LEVELS[outcome.kind], "delivery %s (%s) to subscription %s: %s%s",
+                job.delivery_id, job.message_id, job.subscription_id, outcome.kind,
+                "" if result.ok else f" ({result.summary()})")
+    return kinds
+
+
+def _receiver_changes(decided):
+    """Per subscription, in the order the attempts ended: (closed, failures,
+    succeeded) for the breaker and the last success."""
+    results = collections.defaultdict(list)
+    for job, result, _ in decided:
+        results[job.subscription_id].append(result)
+    return {subscription_id: (*breaker.streak_change(found), any(r.ok for r in found))
+            for subscription_id, found in results.items()}
+
+
+def _write_postgresql(decided, settings):
+    receivers = _receiver_changes(decided)
+    rows = database.execute_sql(queue_sql.RECORD_OUTCOMES, {
+        "ids": [job.delivery_id for job, _, _ in decided],
+        "leases": [job.lease for job, _, _ in decided],
+        "statuses": [outcome.status for _, _, outcome in decided],
+        "errors": [result.summary() for _, result, _ in decided],
+        "retry_in": [outcome.retry_in for _, _, outcome in decided],
+        "started_at": [result.started_at for _, result, _ in decided],
+        "status_codes": [result.status_code for _, result, _ in decided],
+        "durations": [result.duration_ms for _, result, _ in decided],
+        "receiver_ids": list(receivers),
+        "closed": [closed for closed, _, _ in receivers.values()],
+        "failures": [failures for _, failures, _ in receivers.values()],
+        "succeeded": [succeeded for _, _, succeeded in receivers.values()],
+        "threshold": settings.breaker_threshold, "cooldown": settings.breaker_cooldown,
+    }).fetchall()
+    return {delivery_id for delivery_id, in rows}
+
+
+def _write_sqlite(decided, settings):
+    written = set()
+    with database.atomic():
+        for job, result, outcome in decided:
+            changes = {Delivery.status: outcome.status, Delivery.attempts: Delivery.attempts + 1,
+                       Delivery.last_error: result.summary(), Delivery.locked_until: None,
+                       Delivery.delivered_at: clock.now() if outcome.kind == DELIVERED else None}
+            if outcome.retry_in is not None:
+                changes[Delivery.next_attempt_at] = clock.after(outcome.retry_in)
+            if (Delivery.update(changes)
+                    .where(Delivery.id == job.delivery_id, Delivery.lease == job.lease)
+                    .execute()):
+                written.add(job.delivery_id)
+        logged = [(job.delivery_id, result.started_at, result.status_code, result.error,
+                   result.duration_ms) for job, result, _ in decided
+                  if job.delivery_id in written]
+        if logged:
+            Attempt.insert_many(logged, fields=(Attempt.delivery, Attempt.started_at,
+                                                Attempt.status_code, Attempt.error,
+                                                Attempt.duration_ms)).execute()
+        for subscription_id, (closed, failures, succeeded) in _receiver_changes(decided).items():
+            changes = breaker.changes(closed, failures, settings)
+            if succeeded:
+                changes[Subscription.last_success_at] = clock.now()
+            if changes:
+                Subscription.update(changes).where(Subscription.id == subscription_id).execute()
+    return written
+
+
+def _disable_failing(decided, written, settings):
+    """Disable the subscriptions that answered 410, and those failing for
+    longer than ``disable_after_hours`` with no success."""
+    gone = {job.subscription_id for job, _, outcome in decided
+            if outcome.kind == GONE and job.delivery_id in written}
+    failing = {job.subscription_id for job, _, outcome in decided
+               if outcome.kind in (RETRY, FAILED)} - {
+        job.subscription_id for job, _, outcome in decided if outcome.kind == DELIVERED}
+    for subscription_id in gone:
+        disable(subscription_id, GONE, "the receiver answered 410 Gone on "
+                f"{clock.local_now():%Y-%m-%d %H:%M:%S} UTC")
+    for subscription_id in failing - gone:
+        _disable_if_failing_too_long(subscription_id, settings)
+
+
+FAILING = "failing"
+"""Why a subscription was disabled (the metric's ``reason`` label): GONE or FAILING."""
+
+
+def _disable_if_failing_too_long(subscription_id, settings):
+    """Disable the subscription if it has had no success for
+    ``settings.disable_after_hours`` (counted from its last success, or
+    from when it was made or enabled again if later); True if it did."""
+    hours = settings.disable_after_hours
+    cutoff = clock.before(hours * 3600)
+    reason = (f"no successful delivery for {hours:g} h while deliveries kept "
+              f"failing (disabled {clock.local_now():%Y-%m-%d %H:%M:%S} UTC)")
+    with database.atomic():
+        stopped = (Subscription.update(is_active=False, disabled_reason=reason,
+                                       disabled_at=clock.now())
+                   .where(Subscription.id == subscription_id,
+                          Subscription.is_active == True,  # noqa: E712
+                          fn.COALESCE(Subscription.enabled_at, Subscription.created_at)
+                          < cutoff,
+                          Subscription.last_success_at.is_null()
+                          | (Subscription.last_success_at < cutoff))
+                   .execute())
+        if stopped:
+            disable(subscription_id, FAILING, reason)
+    return bool(stopped)
+
+
+def enable(subscription_id):
+    """Send to a disabled subscription again; its clock of failure starts
+    anew, and its circuit breaker closes (the operator or user says the
+    receiver is back: creates attempt it at once again)."""
+    with database.atomic():
+        (Subscription.update(is_active=True, disabled_reason=None, disabled_at=None,
+                             enabled_at=clock.now(), failure_streak=0,
+                             breaker_opened_at=None, breaker_probe_at=None)
+         .where(Subscription.id == subscription_id).execute())
+
+
+def disable(subscription_id, kind, reason):
+    """Stop sending to a subscription and fail its waiting deliveries; log
+    and count it (``kind``: GONE or FAILING)."""
+    with database.atomic():
+        (Subscription.update(is_active=False, disabled_reason=reason, disabled_at=clock.now())
+         .where(Subscription.id == subscription_id).execute())
+        (Delivery.update(status=Delivery.FAILED, locked_until=None,
+                         last_error=f"subscription disabled: {reason}")
+         .where(Delivery.subscription == subscription_id, Delivery.status == Delivery.PENDING)
+         .execute())
+    metrics.count_disabled(kind)
+    log.warning("webhook subscription %s disabled: %s", subscription_id, reason)
+
+
+def give_back(jobs):
+    """Give leased jobs that were not attempted back to the workers at once
+    (each only under the lease it holds)."""
+    if not jobs:
+        return
+    with database.connection_context():
+        if is_sqlite():
+            with database.atomic():
+                for job in jobs:
+                    (Delivery.update(locked_until=None)
+                     .where(Delivery.id == job.delivery_id, Delivery.lease == job.lease)
+                     .execute())
+        else:
+            database.execute_sql(
+                "UPDATE delivery d SET locked_until = NULL FROM unnest(%s::int[], %s::int[]) "
+                "AS g(id, lease) WHERE d.id = g.id AND d.lease = g.lease",
+                ([job.delivery_id for job in jobs], [job.lease for job in jobs]))
+
+
+# --- recovery and retention ---------------------------------------------------
+
+def recover(subscription_id, since):
+    """Queue again every failed delivery of the subscription created at or
+    after ``since`` (naive UTC), with its webhook-id; returns how many."""
+    with database.atomic():
+        return (Delivery.update(status=Delivery.PENDING, attempts=0,
+                                next_attempt_at=clock.now(), locked_until=None)
+                .where(Delivery.subscription == subscription_id,
+                       Delivery.status == Delivery.FAILED, Delivery.created_at >= since)
+                .execute())
+
+
+def purge_batch(older_than_days):
+    """Delete up to ``PURGE_BATCH`` finished deliveries created more than
+    ``older_than_days`` ago, with their attempts; returns how many."""
+    finished = (Delivery.status.in_([Delivery.DELIVERED, Delivery.FAILED])
+                & (Delivery.created_at < clock.before(older_than_days * 86400)))
+    with database.atomic():
+        ids = [row[0] for row in Delivery.select(Delivery.id).where(finished)
+               .order_by(Delivery.id).limit(PURGE_BATCH).tuples()]
+        if not ids:
+            return 0
+        Attempt.delete().where(Attempt.delivery.in_(ids)).execute()
+        return Delivery.delete().where(Delivery.id.in_(ids), finished).execute()
+
+
+def purge(older_than_days, deadline_seconds=None):
+    """Purge batch after batch until none is left (or ``deadline_seconds``
+    passed); returns how many deliveries were deleted."""
+    started = time.monotonic()
+    total = 0
+    while True:
+        deleted = purge_batch(older_than_days)
+        total += deleted
+        if deleted < PURGE_BATCH:
+            return total
+        if deadline_seconds is not None and time.monotonic() - started > deadline_seconds:
+            return total
