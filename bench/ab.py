@@ -3,9 +3,10 @@
 Runs plantstore twice on the same seeded database, with the environment of
 set-up A and of set-up B (``AB_A`` and ``AB_B``, each ``NAME=VALUE``
 pairs separated by spaces, e.g. ``AB_A="GUNICORN_CMD_ARGS=--http-parser=python"``),
-alternating wrk runs of every workload, and prints the median of paired
-req/s ratios B / A. ``BENCH_DATABASE`` (sqlite or postgres), ``BENCH_SECONDS``
-and ``BENCH_ROUNDS`` apply as in ``make bench``. This is how the choices in
+alternating wrk runs of every workload, and prints the medians of paired
+ratios B / A of req/s and of the server's CPU per request.
+``BENCH_DATABASE`` (sqlite or postgres), ``BENCH_SECONDS`` and
+``BENCH_ROUNDS`` apply as in ``make bench``. This is how the choices in
 config/gunicorn.conf.py (worker class, threads, HTTP parser) are measured.
 """
 import os
@@ -39,19 +40,17 @@ def main():
             run.Contender(name, run.start(servers.plantstore(
                 url, workdir, run.VENV_BIN, name=f"ab-{name}", env=env), started), token)
             for name, env in (("A", a_env), ("B", b_env))]
-        # compare() takes ratios against "plantstore": A is the baseline.
-        contenders[0].name = "plantstore"
-        table = run.compare(runner, contenders, rounds)
+        table = run.compare(runner, contenders, rounds)  # ratios: A (the first) / B
     finally:
         for server in started:
             server.stop()
-        backend.drop_all()
+        backend.close()
     print(f"\n{backend_name}: A = {a_env or 'defaults'}, B = {b_env or 'defaults'}")
     for workload, measured in table.items():
-        (a_rps, a_p50, _), _ = measured["plantstore"]
-        (b_rps, b_p50, _), a_over_b = measured["B"]
-        print(f"  {workload:<24} A {a_rps:7.0f} req/s  B {b_rps:7.0f} req/s  "
-              f"B/A (median of paired runs) {1 / a_over_b:.2f}x")
+        a, b = measured["A"], measured["B"]
+        print(f"  {workload:<24} A {a.rps:7.0f} req/s {a.cpu_us:6.0f} µs CPU/req   "
+              f"B {b.rps:7.0f} req/s {b.cpu_us:6.0f} µs CPU/req   B/A (medians of paired "
+              f"runs) req/s {1 / b.rps_ratio:.2f}x, CPU/req {1 / b.cpu_ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -14,12 +14,16 @@ _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
 
 @dataclass
 class Result:
-    """One wrk run: requests per second and latency percentiles in ms."""
+    """One wrk run: requests per second and latency percentiles in ms; the
+    runner adds the server's CPU per request (µs) and statements per request
+    (None when not counted)."""
     requests: int
     rps: float
     p50_ms: float
     p99_ms: float
     errors: int
+    cpu_us: float | None = None
+    statements: float | None = None
 
 
 class LoadError(RuntimeError):

@@ -3,6 +3,7 @@ import datetime
 import os
 import platform
 import sqlite3
+import subprocess
 
 import load
 import servers
@@ -13,6 +14,8 @@ TARGETS = {
     "GET /plants?limit=10": (0.6, 1.0),
     "POST /plants": (0.7, 1.0),
 }
+CPU_TARGET = 1.0        # plantstore's CPU per request / the FastAPI peer's, at most
+LATENCY_TARGET = 0.8    # creates/s with the database 1 ms away each way / direct
 SCALE_TARGET = 1.2      # p50 with 1,000,000 plants / p50 with 1,000
 WEBHOOK_TARGET = 1.5    # p50 of a create with one receiver / with none
 FUSE_TARGET = 0.8       # create req/s with a hanging receiver / with a healthy one
@@ -53,28 +56,42 @@ def machine():
             f"{os.getloadavg()[0]:.1f} (the others' work shares the cores)")
 
 
-def render(results, names, seconds, rounds):
-    """The whole report as Markdown."""
+def render(results, names, seconds, rounds, command):
+    """The whole report as Markdown; ``command`` is how the bench was run."""
     now = datetime.datetime.now(datetime.timezone.utc)
     lines = [
         "# plantstore performance",
         "",
-        f"Measured by `make bench{' BENCH_COMPARE=1' if len(names) > 1 else ''}` on "
-        f"{now:%Y-%m-%d %H:%M} UTC.",
+        f"Measured by `{command}` on {now:%Y-%m-%d %H:%M} UTC, at commit {_commit()}.",
         "",
         f"Machine: {machine()}.",
         "",
         f"Every figure is the median of {rounds} runs of {seconds} s; the servers "
         "ran side by side and their runs alternated, so drift on a shared machine "
         "hits them alike, and each ratio is the median of the ratios of paired "
-        "runs. Each server: 2 processes, a throwaway database of its own "
+        "runs. Each server: 2 processes (plantstore and the ceiling under gunicorn "
+        "with the same worker class and threads, the FastAPI peer under uvicorn), "
+        "a throwaway database of its own "
         "(SQLite file, or PostgreSQL database followed by `ANALYZE`) seeded with "
         "one user, one token and 5,000 plants.",
         "",
+        "*CPU µs/req* is the user + system time of the server's whole process "
+        "tree (master and workers, from `/proc/<pid>/stat`) over the run, divided "
+        "by the requests served: the yardstick that moves least when other work "
+        "shares the machine. *Statements/req* counts every top-level statement "
+        "the server sent PostgreSQL in the run, `BEGIN` and `COMMIT` included "
+        "(`pg_stat_statements`, `track=top`); n/a where nothing counts them.",
+        "",
     ]
     for backend, measured in results.get("backends", {}).items():
-        lines += [f"## {BACKEND_TITLES[backend]}", ""]
-        lines += _compare_table(measured["compare"], names)
+        lines += [f"## {BACKEND_TITLES[backend]}", "",
+                  f"Database: {measured['description']}."
+                  + (f" Statements per request: n/a, {measured['not_counted']}."
+                     if measured["not_counted"] else ""), ""]
+        if "compare" in measured:
+            lines += _compare_table(measured["compare"], names)
+        if "latency" in measured:
+            lines += _latency(measured["latency"])
         if "scale" in measured:
             lines += _scale(measured["scale"])
     if "webhook" in results:
@@ -88,6 +105,22 @@ def render(results, names, seconds, rounds):
     if "memory" in results:
         lines += _memory(results["memory"])
     return "\n".join(lines) + "\n"
+
+
+def _commit():
+    """The commit measured, marked when the working tree differed from it."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=servers.REPO, capture_output=True,
+                              text=True).stdout.strip()
+    commit = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", "plantstore",
+                  "config", "wsgi.py")
+    return f"`{commit}`" + (" (with uncommitted changes to the service)" if changed else "")
+
+
+def _statements(value):
+    """Statements per request as the report prints it."""
+    return "n/a" if value is None else f"{value:.2f}"
 
 
 def _fuse(fuse):
@@ -145,31 +178,75 @@ def _worker(worker):
 
 
 def _compare_table(table, names):
-    """Medians per workload and server, then the ratios against the targets."""
-    header = "| workload | " + " | ".join(
-        f"{name} req/s | p50 ms | p99 ms" for name in names) + " |"
-    lines = [header, "|---" * (1 + 3 * len(names)) + "|"]
+    """Per workload and server: medians, CPU and statements per request; then
+    the paired ratios against the targets."""
+    lines = ["| workload | server | req/s | p50 ms | p99 ms | CPU µs/req | statements/req |",
+             "|---|---|---|---|---|---|---|"]
     for workload, measured in table.items():
-        cells = " | ".join(f"{rps:,.0f} | {p50:.2f} | {p99:.2f}"
-                           for rps, p50, p99 in (measured[n][0] for n in names))
-        lines.append(f"| `{workload}` | {cells} |")
+        for n, name in enumerate(names):
+            m = measured[name]
+            lines.append(f"| {f'`{workload}`' if n == 0 else ''} | {name} | {m.rps:,.0f} | "
+                         f"{m.p50_ms:.2f} | {m.p99_ms:.2f} | {m.cpu_us:,.0f} | "
+                         f"{_statements(m.statements)} |")
     lines.append("")
     if len(names) == 1:
         return lines
-    lines += ["Median of paired req/s ratios (plantstore / yardstick) and the targets:", "",
-              "| workload | vs ceiling | target | | vs FastAPI peer | target | |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["Medians of paired ratios, plantstore / yardstick: req/s (higher is better) "
+              "and CPU per request (lower is better), against the targets:", "",
+              "| workload | req/s vs ceiling | target | | req/s vs FastAPI peer | target | "
+              "| CPU/req vs FastAPI peer | target | | CPU/req vs ceiling |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for workload, measured in table.items():
-        cells = []
-        for yardstick, target in zip(("ceiling", "fastapi-peer"), TARGETS[workload]):
-            if yardstick in measured:
-                ratio = measured[yardstick][1]
-                cells.append(f"{ratio:.2f}x | >= {target}x | {_verdict(ratio >= target)}")
-            else:
-                cells.append(f"- | >= {target}x | not measured")
-        lines.append(f"| `{workload}` | " + " | ".join(cells) + " |")
+        ceiling, peer = measured["ceiling"], measured["fastapi-peer"]
+        least_of_ceiling, least_of_peer = TARGETS[workload]
+        lines.append(
+            f"| `{workload}` "
+            f"| {ceiling.rps_ratio:.2f}x | >= {least_of_ceiling}x "
+            f"| {_verdict(ceiling.rps_ratio >= least_of_ceiling)} "
+            f"| {peer.rps_ratio:.2f}x | >= {least_of_peer}x "
+            f"| {_verdict(peer.rps_ratio >= least_of_peer)} "
+            f"| {peer.cpu_ratio:.2f}x | <= {CPU_TARGET}x "
+            f"| {_verdict(peer.cpu_ratio <= CPU_TARGET)} | {ceiling.cpu_ratio:.2f}x |")
     lines.append("")
     return lines
+
+
+def _latency(latency):
+    """Creates with the database direct, and through the delay proxy."""
+    round_trips = latency["round_trip_ms"]
+    lines = [
+        "### Latency-bound creates", "",
+        f"`POST /plants` (wrk -t{load.THREADS} -c{latency['connections']}) with each "
+        "server's database reached directly, through `bench/delay_proxy.py` holding "
+        "nothing, and through it holding every chunk 1 ms each way (a database a "
+        "network hop away). A `SELECT 1` took a median "
+        + ", ".join(f"{ms:.2f} ms {_way(link)}" for link, ms in round_trips.items())
+        + " (the proxy's timers wake on whole milliseconds: a hold of 1 ms lasts "
+        "1 to 2).", "",
+        "| server | database | creates/s | p50 ms | p99 ms | CPU µs/req | statements/req "
+        "| creates/s of direct |", "|---|---|---|---|---|---|---|---|"]
+    for name, links in latency["table"].items():
+        for n, (link, m) in enumerate(links.items()):
+            lines.append(f"| {name if n == 0 else ''} | {_way(link)} | {m.rps:,.0f} | "
+                         f"{m.p50_ms:.2f} | {m.p99_ms:.2f} | {m.cpu_us:,.0f} | "
+                         f"{_statements(m.statements)} | "
+                         f"{'-' if m.rps_ratio is None else f'{m.rps_ratio:.2f}x'} |")
+    delayed = {name: links["+1 ms"].rps_ratio for name, links in latency["table"].items()}
+    ours = delayed.pop("plantstore")
+    alone = latency["delay_alone"]
+    lines += ["", f"plantstore, creates/s with the database 1 ms away each way / direct: "
+                  f"**{ours:.2f}x** (target >= {LATENCY_TARGET}x: "
+                  f"{_verdict(ours >= LATENCY_TARGET)})"
+                  + "".join(f"; {name} {ratio:.2f}x" for name, ratio in delayed.items())
+                  + ". The delay alone (1 ms each way / the proxy holding nothing): "
+                  + ", ".join(f"{name} {ratio:.2f}x" for name, ratio in alone.items())
+                  + f". The proxy ran on {latency['event_loop']}.", ""]
+    return lines
+
+
+def _way(link):
+    """How the report names a way to the database ("direct", "+1 ms")."""
+    return "direct" if link == "direct" else f"through the proxy, {link} each way"
 
 
 def _scale(scale):

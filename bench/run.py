@@ -1,13 +1,33 @@
-"""``make bench``: plantstore's throughput and latency under wrk, beside the
-yardsticks of ../shared/bench when BENCH_COMPARE=1, written to a report.
+"""``make bench``: plantstore's throughput, latency, CPU per request and
+statements per request under wrk, beside the yardsticks of ../shared/bench
+when BENCH_COMPARE=1, written to a report.
+
+Per contender and workload: req/s, p50 and p99 (from wrk), the server's CPU
+per request (user + system time of its whole process tree, from /proc, over
+the run, divided by the requests served: see cpu.py) and, on PostgreSQL,
+statements per request (pg_stat_statements: see statements.py). CPU per
+request is the steadier yardstick on a shared machine: req/s moves with
+whatever else runs, the CPU a request costs much less.
 
 Environment:
   BENCH_COMPARE=1       also run the bare-WSGI ceiling and the FastAPI peer,
                         alternating runs, and report medians of paired ratios
+  BENCH_QUICK=1         a rerun in minutes: the yardsticks beside plantstore,
+                        BENCH_SECONDS 3, no extras, report in
+                        bench/results/latest.md; with BENCH_WORKLOADS and
+                        BENCH_DATABASE, one workload on one backend
+  BENCH_WORKLOADS       comma-separated, of list100, list10, create, latency
+                        (default all); latency is the latency-bound run:
+                        creates with the database reached directly and
+                        through bench/delay_proxy.py holding each chunk
+                        0 and 1 ms each way (PostgreSQL only)
+  BENCH_LATENCY_CONNECTIONS  wrk connections of the latency-bound run
+                        (default 8, as every other workload)
   BENCH_DATABASE        sqlite, postgres or both (default: both with
                         BENCH_COMPARE=1, else sqlite); PostgreSQL databases
-                        are made and dropped on BENCH_POSTGRES_URL (default
-                        postgresql://postgres@127.0.0.1:5432/postgres)
+                        are made and dropped on a cluster the bench starts
+                        (pg_stat_statements loaded) or on BENCH_POSTGRES_URL
+                        (see databases.py)
   BENCH_SECONDS         seconds per wrk run (default 5)
   BENCH_ROUNDS          runs per workload and server (default 3)
   BENCH_EXTRAS=0        skip the scale, webhook, limiter and memory measurements
@@ -17,8 +37,8 @@ Environment:
   BENCH_MEMORY_REQUESTS requests before memory is read (default 100000)
   BENCH_YARDSTICKS      where ceiling.py and peer_fastapi.py are
                         (default ../shared/bench)
-  BENCH_OUTPUT          the report (default docs/performance.md with
-                        BENCH_COMPARE=1, bench/results/latest.md without)
+  BENCH_OUTPUT          the report (default docs/performance.md for a whole
+                        BENCH_COMPARE=1 run, else bench/results/latest.md)
   BENCH_ONLY            run just one measurement: fuse, webhook (create p50
                         with a 1 ms receiver) or worker (see bench/webhooks.py)
   BENCH_FUSE_SECONDS    seconds of each fuse run (default 15)
@@ -29,13 +49,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import databases
+import delay_proxy
 import load
 import report
 import seed
 import servers
+import statements
 import webhooks
 
 REPO = servers.REPO
@@ -43,11 +68,15 @@ VENV_BIN = Path(sys.executable).parent
 BENCH_VENV_BIN = REPO / ".venv-bench" / "bin"
 
 PLANTS = 5000
-WORKLOADS = [
-    ("GET /plants?limit=100", "/plants?limit=100"),
-    ("GET /plants?limit=10", "/plants?limit=10"),
-    ("POST /plants", None),
-]
+WORKLOADS = {
+    "list100": ("GET /plants?limit=100", "/plants?limit=100"),
+    "list10": ("GET /plants?limit=10", "/plants?limit=10"),
+    "create": ("POST /plants", None),
+}
+LATENCY = "latency"
+"""The latency-bound run: creates with the database reached through the delay proxy."""
+DELAYS_MS = (0, 1)
+"""The proxy's hold each way: 0 (its own cost alone) and 1 ms (a network hop)."""
 
 
 def env_int(name, default):
@@ -55,25 +84,91 @@ def env_int(name, default):
     return int(os.environ.get(name) or default)
 
 
-class Contender:
-    """A running server with the bearer token that its seeded user holds."""
+def chosen_workloads():
+    """The keys ``BENCH_WORKLOADS`` names (comma-separated; default all):
+    list100, list10, create, latency."""
+    known = [*WORKLOADS, LATENCY]
+    wanted = [w.strip() for w in (os.environ.get("BENCH_WORKLOADS") or ",".join(known)).split(",")]
+    unknown = [w for w in wanted if w not in known]
+    if unknown or not wanted:
+        raise SystemExit(f"BENCH_WORKLOADS={','.join(wanted)!r}: use a comma-separated "
+                         f"list of {', '.join(known)}")
+    return [w for w in known if w in wanted]
 
-    def __init__(self, name, server, token):
+
+def postgres_database(url):
+    """The database a postgresql:// URL names (where its statements are
+    counted), or None for SQLite."""
+    parts = urlsplit(url)
+    return parts.path.lstrip("/") if parts.scheme.startswith("postgres") else None
+
+
+def via_proxy(url, port):
+    """``url`` with its host and port replaced by the delay proxy's on loopback."""
+    parts = urlsplit(url)
+    credentials = parts.netloc.rpartition("@")[0]
+    netloc = f"{credentials}@127.0.0.1:{port}" if credentials else f"127.0.0.1:{port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class Contender:
+    """A running server, the bearer token its seeded user holds, the
+    database URL it serves, and how to start another server like it on
+    another URL (``serve(database_url, name)``, for the latency-bound run)."""
+
+    def __init__(self, name, server, token, database_url=None, serve=None):
         self.name, self.server, self.token = name, server, token
+        self.database_url, self.serve = database_url, serve
+        self.database = postgres_database(database_url) if database_url else None
+
+
+@dataclass
+class Summary:
+    """Medians of one contender's runs of one workload, and its paired ratios."""
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    cpu_us: float
+    statements: float | None  # None: not counted (SQLite, or no pg_stat_statements)
+    rps_ratio: float | None = None
+    cpu_ratio: float | None = None
+
+
+def summarise(runs):
+    """The Summary of ``runs`` (its ratios left to the caller: ``paired``)."""
+    counted = [r.statements for r in runs]
+    return Summary(
+        rps=statistics.median(r.rps for r in runs),
+        p50_ms=statistics.median(r.p50_ms for r in runs),
+        p99_ms=statistics.median(r.p99_ms for r in runs),
+        cpu_us=statistics.median(r.cpu_us for r in runs),
+        statements=None if None in counted else statistics.median(counted))
+
+
+def paired(numerators, denominators, field):
+    """The median of ``field``'s ratios of paired runs: run i over run i."""
+    return statistics.median(getattr(a, field) / getattr(b, field)
+                             for a, b in zip(numerators, denominators))
 
 
 class Runner:
-    """Runs wrk against contenders, giving each POST run fresh plant ids."""
+    """Runs wrk against contenders, giving each POST run fresh plant ids, and
+    measures each server's CPU and statements over every run."""
 
     def __init__(self, wrk, seconds):
         self.wrk, self.seconds = wrk, seconds
         self.next_ids = 10 ** 12
+        self.counter = None
+        """The StatementCounter of the PostgreSQL being measured, if it counts."""
 
     def run(self, contender, path, seconds=None, connections=load.CONNECTIONS,
             pause_ms=None):
         """One wrk run of a workload (``path`` None means POST /plants, with
-        ``pause_ms`` before each request when given)."""
+        ``pause_ms`` before each request when given), with the server's CPU
+        per request (µs) and statements per request."""
         seconds = seconds or self.seconds
+        cpu_before = contender.server.cpu_seconds()
+        window = statements.Window(self.counter, contender.database)
         if path is None:
             self.next_ids += 10 ** 9
             script, args = load.POST_SCRIPT, [self.next_ids]
@@ -87,6 +182,9 @@ class Runner:
         if result.errors:
             raise load.LoadError(f"{contender.name}: {result.errors} failed requests "
                                  f"(see {contender.server.log_path})")
+        cpu_used = contender.server.cpu_seconds() - cpu_before
+        result.cpu_us = cpu_used * 1e6 / result.requests
+        result.statements = window.per(result.requests)
         return result
 
     def alternate(self, contenders, path, rounds, connections=load.CONNECTIONS,
@@ -98,8 +196,11 @@ class Runner:
                 result = self.run(contender, path, connections=connections,
                                   pause_ms=pause_ms)
                 results[contender.name].append(result)
-                print(f"  {contender.name:<14} {result.rps:9.0f} req/s   "
-                      f"p50 {result.p50_ms:6.2f} ms   p99 {result.p99_ms:7.2f} ms", flush=True)
+                counted = "" if result.statements is None else \
+                    f"   {result.statements:5.2f} statements/req"
+                print(f"  {contender.name:<22} {result.rps:8.0f} req/s   "
+                      f"p50 {result.p50_ms:6.2f} ms   p99 {result.p99_ms:7.2f} ms   "
+                      f"CPU {result.cpu_us:6.0f} µs/req{counted}", flush=True)
         return results
 
 
@@ -110,34 +211,114 @@ def median_of(results):
             statistics.median(r.p99_ms for r in results))
 
 
-def median_ratio(ours, theirs):
-    """The median of paired req/s ratios, run i of ours over run i of theirs."""
-    return statistics.median(a.rps / b.rps for a, b in zip(ours, theirs))
-
-
 def start(server, started):
     """Start ``server``, remembering it in ``started`` so it is stopped at the end."""
     started.append(server)
     return server.start()
 
 
-def compare(runner, contenders, rounds):
-    """Every workload on every contender, alternating.
+def compare(runner, contenders, rounds, workloads=tuple(WORKLOADS)):
+    """The ``workloads`` (keys of WORKLOADS) on every contender, alternating.
 
-    Returns {workload: {name: (medians, paired ratio to plantstore or None)}}.
+    Returns {workload title: {name: Summary}}, the ratios of each yardstick's
+    Summary being plantstore's over its own (the first contender's).
     """
     for contender in contenders:  # warm up: imports, caches, connection pools
-        runner.run(contender, WORKLOADS[0][1], seconds=1)
+        for key in workloads:
+            runner.run(contender, WORKLOADS[key][1], seconds=1)
     table = {}
-    for workload, path in WORKLOADS:
-        print(f"{workload}  (wrk -t{load.THREADS} -c{load.CONNECTIONS}, "
+    for key in workloads:
+        title, path = WORKLOADS[key]
+        print(f"{title}  (wrk -t{load.THREADS} -c{load.CONNECTIONS}, "
               f"{runner.seconds}s x {rounds} rounds)", flush=True)
         results = runner.alternate(contenders, path, rounds)
-        ours = results["plantstore"]
-        table[workload] = {
-            name: (median_of(runs), None if name == "plantstore" else median_ratio(ours, runs))
-            for name, runs in results.items()}
+        ours = results[contenders[0].name]
+        table[title] = {}
+        for name, runs in results.items():
+            summary = table[title][name] = summarise(runs)
+            if runs is not ours:
+                summary.rps_ratio = paired(ours, runs, "rps")
+                summary.cpu_ratio = paired(ours, runs, "cpu_us")
     return table
+
+
+def round_trip_ms(url, count=200):
+    """The median time of ``SELECT 1`` on ``url``, in ms."""
+    import psycopg2
+    connection = psycopg2.connect(url)
+    try:
+        with connection.cursor() as cursor:
+            timings = []
+            for _ in range(count):
+                started = time.perf_counter()
+                cursor.execute("SELECT 1")
+                cursor.fetchone()
+                timings.append((time.perf_counter() - started) * 1000)
+    finally:
+        connection.close()
+    return statistics.median(timings)
+
+
+def measure_latency(runner, contenders, backend, rounds, started):
+    """POST /plants on every contender with its database reached directly,
+    through the delay proxy holding nothing, and through it holding each
+    chunk 1 ms each way (see delay_proxy.py), alternating.
+
+    Returns {"connections", "round_trip_ms": {link: ms}, "table": {contender:
+    {link: Summary}}, "delay_alone": {contender: ratio}, "event_loop"}: each
+    proxied Summary's ratios are over the direct one (with the proxy /
+    without); "delay_alone" is creates/s with the 1 ms hold over those with
+    the proxy holding nothing (the delay's cost without the proxy's CPU).
+    """
+    connections = env_int("BENCH_LATENCY_CONNECTIONS", load.CONNECTIONS)
+    upstream = urlsplit(backend.server_url)
+    python = BENCH_VENV_BIN / "python"  # with uvloop, when the yardsticks were installed
+    proxies = {f"+{ms} ms": delay_proxy.DelayProxyProcess(
+        upstream.hostname, upstream.port or 5432, ms,
+        python=python if python.exists() else sys.executable) for ms in DELAYS_MS}
+    proxied = []
+    try:
+        round_trips = {"direct": round_trip_ms(backend.admin_url)}
+        round_trips.update({link: round_trip_ms(via_proxy(backend.admin_url, proxy.port))
+                            for link, proxy in proxies.items()})
+        print("latency-bound creates: SELECT 1 takes " + ", ".join(
+            f"{ms:.2f} ms {link}" for link, ms in round_trips.items()), flush=True)
+        variants = {}
+        for contender in contenders:
+            variants[contender.name] = {"direct": contender}
+            for link, proxy in proxies.items():
+                name = f"{contender.name} {link}"
+                url = via_proxy(contender.database_url, proxy.port)
+                server = start(contender.serve(url, name.replace(" ", "").replace("+", "-")),
+                               started)
+                proxied.append(server)
+                variants[contender.name][link] = Contender(name, server, contender.token, url)
+        everyone = [v for links in variants.values() for v in links.values()]
+        for variant in everyone:
+            runner.run(variant, None, seconds=1, connections=connections)
+        print(f"POST /plants, database direct and through the proxy (wrk -t{load.THREADS} "
+              f"-c{connections}, {runner.seconds}s x {rounds} rounds)", flush=True)
+        results = runner.alternate(everyone, None, rounds, connections=connections)
+    finally:
+        for server in proxied:
+            server.stop()
+        for proxy in proxies.values():
+            proxy.stop()
+    table, delay_alone = {}, {}
+    for name, links in variants.items():
+        direct = results[links["direct"].name]
+        table[name] = {}
+        for link, variant in links.items():
+            runs = results[variant.name]
+            summary = table[name][link] = summarise(runs)
+            if runs is not direct:
+                summary.rps_ratio = paired(runs, direct, "rps")
+                summary.cpu_ratio = paired(runs, direct, "cpu_us")
+        delay_alone[name] = paired(results[links["+1 ms"].name],
+                                   results[links["+0 ms"].name], "rps")
+    return {"connections": connections, "round_trip_ms": round_trips, "table": table,
+            "delay_alone": delay_alone,
+            "event_loop": next(iter(proxies.values())).event_loop}
 
 
 def measure_scale(runner, backend, rounds, started, workdir):
@@ -239,7 +420,7 @@ def measure_limiter(runner, workdir, rounds, started):
         contender.server.stop()
     medians = {name: median_of(runs) for name, runs in results.items()}
     base = medians["no limit"][0]
-    for name, (rps, p50, p99) in medians.items():
+    for name, (rps, p50, _) in medians.items():
         print(f"  {name:<14} median {rps:9.0f} req/s  p50 {p50:6.2f} ms  "
               f"({rps / base:.3f} of no limit)", flush=True)
     return medians
@@ -253,12 +434,12 @@ def measure_memory(runner, workdir, total, started):
     contender = Contender("plantstore", server, token)
     print(f"memory: {total:,} requests (list 100, list 10, create in turn)", flush=True)
     done = 0
-    for path in (p for _, p in WORKLOADS):
+    for _, path in WORKLOADS.values():
         done += runner.run(contender, path, seconds=1).requests
     warm = server.worker_rss_kib()
     samples = [(done, warm)]
     while done < total:
-        for _, path in WORKLOADS:
+        for _, path in WORKLOADS.values():
             done += runner.run(contender, path).requests
         samples.append((done, server.worker_rss_kib()))
         print(f"  {done:>8,} requests   VmRSS " + ", ".join(
@@ -268,84 +449,125 @@ def measure_memory(runner, workdir, total, started):
     return {"requests": done, "warm": warm, "half": half, "final": samples[-1][1]}
 
 
-def measure_webhooks(runner, workdir, rounds, started, only):
-    """The webhook measurements ``only`` names (all three when None)."""
+def measure_webhooks(runner, workdir, rounds, started, only, backends):
+    """The webhook measurements ``only`` names (all three when None), on
+    ``backends`` (the fuse is on SQLite alone)."""
     results = {}
-    backends = [databases.backend(name, workdir)
-                for name in databases.chosen(os.environ.get("BENCH_COMPARE") == "1")]
-    try:
-        if only in (None, "webhook"):
-            results["webhook"] = {
-                backend.name: measure_webhook(runner, workdir, rounds, started, backend)
-                for backend in backends}
-        if only in (None, "fuse"):
-            results["fuse"] = webhooks.measure_fuse(runner, workdir, started, VENV_BIN,
-                                                    env_int("BENCH_FUSE_SECONDS", 15))
-        if only in (None, "worker"):
-            results["worker"] = webhooks.measure_worker(
-                VENV_BIN, env_int("BENCH_WORKER_DELIVERIES", 5000), backends)
-    finally:
-        for backend in backends:
-            backend.drop_all()
+    if only in (None, "webhook"):
+        results["webhook"] = {
+            backend.name: measure_webhook(runner, workdir, rounds, started, backend)
+            for backend in backends}
+    if only in (None, "fuse"):
+        results["fuse"] = webhooks.measure_fuse(runner, workdir, started, VENV_BIN,
+                                                env_int("BENCH_FUSE_SECONDS", 15))
+    if only in (None, "worker"):
+        results["worker"] = webhooks.measure_worker(
+            VENV_BIN, env_int("BENCH_WORKER_DELIVERIES", 5000), backends)
+    for backend in backends:
+        backend.drop_all()
     return results
+
+
+def measure_backend(runner, backend, workloads, rounds, yardsticks, extras, workdir, started):
+    """The workloads on plantstore (and the yardsticks, when ``yardsticks``
+    is a directory holding them) on one backend; what the report shows of it."""
+    counter, not_counted = statements.StatementCounter.connect(backend.admin_url) \
+        if backend.admin_url else (None, "SQLite has no server to count them")
+    runner.counter = counter
+    measured = {"description": backend.description, "not_counted": not_counted}
+    try:
+        url = backend.url("plantstore")
+        token = seed.seed_plantstore(url, PLANTS)
+        contenders = [Contender(
+            "plantstore", start(plantstore_server(url, "plantstore", workdir), started), token,
+            url, lambda url, name: plantstore_server(url, name, workdir))]
+        if yardsticks:
+            contenders += start_yardsticks(yardsticks, backend, workdir, started)
+        compared = [w for w in workloads if w in WORKLOADS]
+        if compared:
+            measured["compare"] = compare(runner, contenders, rounds, compared)
+        if LATENCY in workloads and backend.name == "postgres":
+            measured["latency"] = measure_latency(runner, contenders, backend, rounds, started)
+        for contender in contenders:
+            contender.server.stop()
+        if extras:
+            measured["scale"] = measure_scale(runner, backend, rounds, started, workdir)
+    finally:
+        runner.counter = None
+        if counter:
+            counter.close()
+        backend.drop_all()
+    return measured
+
+
+def plantstore_server(url, name, workdir):
+    """plantstore under gunicorn on ``url``, its log named after ``name``."""
+    return servers.plantstore(url, workdir, VENV_BIN, name=name)
 
 
 def main():
     only = os.environ.get("BENCH_ONLY") or None
     if only not in (None, "fuse", "webhook", "worker", "limiter"):
         sys.exit(f"BENCH_ONLY={only!r}: use fuse, webhook, worker or limiter")
-    compare_yardsticks = os.environ.get("BENCH_COMPARE") == "1"
-    extras = os.environ.get("BENCH_EXTRAS", "1") != "0"
-    seconds = env_int("BENCH_SECONDS", 5)
+    quick = os.environ.get("BENCH_QUICK") == "1"
+    compare_yardsticks = quick or os.environ.get("BENCH_COMPARE") == "1"
+    extras = not quick and os.environ.get("BENCH_EXTRAS", "1") != "0"
+    workloads = chosen_workloads()
+    seconds = env_int("BENCH_SECONDS", 3 if quick else 5)
     rounds = env_int("BENCH_ROUNDS", 3)
     yardsticks = Path(os.environ.get("BENCH_YARDSTICKS") or REPO.parent / "shared" / "bench")
+    if compare_yardsticks and not (yardsticks / "ceiling.py").exists():
+        print(f"no yardsticks in {yardsticks}: plantstore alone", flush=True)
+        compare_yardsticks = False
+    whole = compare_yardsticks and not quick and len(workloads) == len(WORKLOADS) + 1
     output = Path(os.environ.get("BENCH_OUTPUT") or REPO / (
-        "docs/performance.md" if compare_yardsticks else "bench/results/latest.md"))
+        "docs/performance.md" if whole else "bench/results/latest.md"))
     runner = Runner(load.ensure_wrk(), seconds)
     workdir = Path(tempfile.mkdtemp(prefix="plantstore-bench-"))
     print(f"working in {workdir}", flush=True)
     started = []
+    backends = []
     results = {"backends": {}}
     names = ["plantstore"]
     try:
         if only == "limiter":
             results = {"limiter": measure_limiter(runner, workdir, rounds, started)}
-            return _write(report.render(results, [], seconds, rounds), output)
-        if only:
-            results = measure_webhooks(runner, workdir, rounds, started, only)
-            return _write(report.render(results, [], seconds, rounds), output)
+            return _write(report.render(results, [], seconds, rounds, invocation()), output)
         for backend_name in databases.chosen(compare_yardsticks):
-            backend = databases.backend(backend_name, workdir)
+            backends.append(databases.backend(backend_name, workdir))
+        if only:
+            results = measure_webhooks(runner, workdir, rounds, started, only, backends)
+            return _write(report.render(results, [], seconds, rounds, invocation()), output)
+        if compare_yardsticks:
+            names += ["ceiling", "fastapi-peer"]
+        for backend in backends:
+            print(f"== {backend.name}: {backend.description} ==", flush=True)
             try:
-                print(f"== {backend_name} ==", flush=True)
-                measured = results["backends"][backend_name] = {}
-                url = backend.url("plantstore")
-                token = seed.seed_plantstore(url, PLANTS)
-                contenders = [Contender("plantstore", start(
-                    servers.plantstore(url, workdir, VENV_BIN,
-                                       name=f"plantstore-{backend_name}"), started), token)]
-                if compare_yardsticks:
-                    contenders += start_yardsticks(yardsticks, backend, workdir, started)
-                names = [c.name for c in contenders]
-                measured["compare"] = compare(runner, contenders, rounds)
-                for contender in contenders:
-                    contender.server.stop()
-                if extras:
-                    measured["scale"] = measure_scale(runner, backend, rounds, started, workdir)
+                results["backends"][backend.name] = measure_backend(
+                    runner, backend, workloads, rounds,
+                    yardsticks if compare_yardsticks else None, extras, workdir, started)
             finally:
                 for server in started:
                     server.stop()
-                backend.drop_all()
         if extras:
-            results.update(measure_webhooks(runner, workdir, rounds, started, None))
+            results.update(measure_webhooks(runner, workdir, rounds, started, None, backends))
             results["limiter"] = measure_limiter(runner, workdir, rounds, started)
             results["memory"] = measure_memory(
                 runner, workdir, env_int("BENCH_MEMORY_REQUESTS", 100_000), started)
     finally:
         for server in started:
             server.stop()
+        for backend in backends:
+            backend.close()
         if not only:  # what was measured is written even if a later part failed
-            _write(report.render(results, names, seconds, rounds), output)
+            _write(report.render(results, names, seconds, rounds, invocation()), output)
+
+
+def invocation():
+    """The ``make bench`` command line this run amounts to (its BENCH_* settings)."""
+    settings = sorted(f"{key}={value}" for key, value in os.environ.items()
+                      if key.startswith(("BENCH_", "AB_")) and value)
+    return " ".join(["make bench", *settings])
 
 
 def _write(text, output):
@@ -358,14 +580,13 @@ def _write(text, output):
 
 def start_yardsticks(yardsticks, backend, workdir, started):
     """The ceiling and the FastAPI peer, each on its own seeded database."""
-    if not (yardsticks / "ceiling.py").exists():
-        print(f"no yardsticks in {yardsticks}: plantstore alone", flush=True)
-        return []
-    contenders = []
-    ceiling_env = backend.yardstick_env("ceiling")
-    token = seed.seed_yardstick(yardsticks / "ceiling.py", ceiling_env, PLANTS)
-    contenders.append(Contender("ceiling", start(
-        servers.ceiling(yardsticks, ceiling_env, workdir, VENV_BIN), started), token))
+    ceiling_py = yardsticks / "ceiling.py"
+    ceiling_url = backend.url("ceiling")
+    ceiling_token = seed.seed_yardstick(ceiling_py, ceiling_url, PLANTS)
+
+    def ceiling(url, name):
+        return servers.ceiling(yardsticks, url, workdir, VENV_BIN, name=name)
+
     has_driver = (BENCH_VENV_BIN / "python").exists() and subprocess.run(
         [str(BENCH_VENV_BIN / "python"), "-c", "import psycopg2, uvicorn"],
         capture_output=True).returncode == 0
@@ -375,11 +596,16 @@ def start_yardsticks(yardsticks, backend, workdir, started):
         subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV_BIN.parent)], check=True)
         subprocess.run([str(BENCH_VENV_BIN / "pip"), "install", "-q", "fastapi",
                         "uvicorn[standard]", "psycopg2-binary"], check=True)
-    peer_env = backend.yardstick_env("peer")
-    token = seed.seed_yardstick(yardsticks / "ceiling.py", peer_env, PLANTS)
-    contenders.append(Contender("fastapi-peer", start(
-        servers.peer(yardsticks, peer_env, workdir, BENCH_VENV_BIN), started), token))
-    return contenders
+    peer_url = backend.url("peer")
+    peer_token = seed.seed_yardstick(ceiling_py, peer_url, PLANTS)
+
+    def peer(url, name):
+        return servers.peer(yardsticks, url, workdir, BENCH_VENV_BIN, name=name)
+
+    return [Contender("ceiling", start(ceiling(ceiling_url, "ceiling"), started),
+                      ceiling_token, ceiling_url, ceiling),
+            Contender("fastapi-peer", start(peer(peer_url, "fastapi-peer"), started),
+                      peer_token, peer_url, peer)]
 
 
 if __name__ == "__main__":

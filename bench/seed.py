@@ -50,10 +50,10 @@ def _insert_plants(database, owner_id, count, first_id, created_at):
                 cursor.executemany(columns + "(?, ?, ?, ?, ?)", rows)
 
 
-def seed_yardstick(ceiling_py, database_env, plants):
-    """Seed a yardstick's database (``database_env`` says which) with
+def seed_yardstick(ceiling_py, database_url, plants):
+    """Seed a yardstick's database (sqlite:/// or postgresql://) with
     ``ceiling.py seed``; return its token."""
     out = subprocess.run([sys.executable, ceiling_py, "seed", str(plants)],
-                         env={**database_env, "PATH": "/usr/bin:/bin"},
+                         env={"CEILING_DATABASE_URL": database_url, "PATH": "/usr/bin:/bin"},
                          check=True, capture_output=True, text=True)
     return out.stdout.strip().splitlines()[-1]

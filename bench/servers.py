@@ -11,6 +11,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import cpu
+
 REPO = Path(__file__).resolve().parents[1]
 GUNICORN_CONF = REPO / "config" / "gunicorn.conf.py"
 WORKERS = 2
@@ -81,13 +83,18 @@ class Server:
 
     def worker_pids(self):
         """The pids of the serving worker processes (children of the master)."""
+        pid = self.process.pid
         try:
-            children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text()
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text()
         except OSError:
             return []
         pids = [int(pid) for pid in children.split()]
         # uvicorn's supervisor starts a resource tracker besides its workers.
         return [pid for pid in pids if b"resource_tracker" not in _cmdline(pid)]
+
+    def cpu_seconds(self):
+        """User + system CPU seconds of the master and its workers so far."""
+        return cpu.tree_cpu_seconds(self.process.pid)
 
     def worker_rss_kib(self):
         """{pid: VmRSS in KiB} of each worker."""
@@ -135,21 +142,23 @@ def plantstore(database_url, log_dir, venv_bin, name="plantstore", env=None):
         REPO, log_dir)
 
 
-def ceiling(yardsticks, database_env, log_dir, venv_bin):
-    """ceiling.py under gunicorn: as many workers, the same worker class and
-    threads as plantstore (it keeps one connection per thread)."""
+def ceiling(yardsticks, database_url, log_dir, venv_bin, name="ceiling"):
+    """ceiling.py under gunicorn on ``database_url`` (sqlite:/// or
+    postgresql://): as many workers, the same worker class and threads as
+    plantstore (it keeps one connection per thread)."""
     worker_class, threads = gunicorn_worker_settings()
     return Server(
-        "ceiling",
+        name,
         [str(venv_bin / "gunicorn"), "-w", str(WORKERS), "-k", worker_class,
          "--threads", str(threads), "-b", "127.0.0.1:{port}", "ceiling:app"],
-        database_env, yardsticks, log_dir)
+        {"CEILING_DATABASE_URL": database_url}, yardsticks, log_dir)
 
 
-def peer(yardsticks, database_env, log_dir, bench_venv_bin):
-    """peer_fastapi.py under uvicorn with as many worker processes."""
+def peer(yardsticks, database_url, log_dir, bench_venv_bin, name="fastapi-peer"):
+    """peer_fastapi.py under uvicorn with as many worker processes (an ASGI
+    app: gunicorn's gthread worker cannot serve it)."""
     return Server(
-        "fastapi-peer",
+        name,
         [str(bench_venv_bin / "uvicorn"), "--workers", str(WORKERS), "--host", "127.0.0.1",
          "--port", "{port}", "peer_fastapi:app"],
-        database_env, yardsticks, log_dir)
+        {"CEILING_DATABASE_URL": database_url}, yardsticks, log_dir)
