@@ -68,9 +68,12 @@ smoke: install
 smoke-nginx: install
 	scripts/smoke_local.sh --nginx
 
-# Throughput and latency under wrk (installed from Debian when missing);
-# BENCH_COMPARE=1 runs the yardsticks of ../shared/bench beside plantstore
-# and writes docs/performance.md. Not part of `make test`. See bench/run.py.
+# Throughput, latency, and the server's CPU and PostgreSQL statements per
+# request under wrk (installed from Debian when missing); BENCH_COMPARE=1
+# runs the yardsticks of ../shared/bench beside plantstore and writes
+# docs/performance.md; BENCH_QUICK=1 BENCH_WORKLOADS=create BENCH_DATABASE=postgres
+# reruns one workload beside them in minutes. Not part of `make test`.
+# See bench/run.py and docs/benchmarking.md.
 bench: install
 	$(BIN)/python bench/run.py
 
