@@ -16,6 +16,8 @@ Environment:
                      unset, a fresh temporary directory per server start
   GUNICORN_CONTROL_SOCKET
                      gunicornc control socket path (default: none)
+  OTEL_EXPORTER_OTLP_ENDPOINT and the other OTEL_* variables
+                     traces to an OTLP collector (docs/operating.md, "Tracing")
 
 Logs are JSON lines: access lines on stdout, everything else on stderr.
 """
@@ -38,6 +40,9 @@ from plantstore import gunicorn as plantstore_gunicorn  # noqa: E402
 
 # An unusable PLANTSTORE_* setting stops the server here, in one line.
 plantstore_gunicorn.check_configuration()
+# With the OTEL_* variables set, what tracing needs is imported here, once;
+# each worker starts its own exporting after the fork (see post_fork).
+plantstore_gunicorn.prepare_tracing()
 # Requests gunicorn refuses itself (URI too long, too many headers,
 # malformed HTTP) get the service's JSON error shape, not an HTML page.
 plantstore_gunicorn.answer_protocol_errors_in_json()
@@ -87,13 +92,14 @@ loglevel = os.environ.get("LOG_LEVEL", "info")
 logger_class = "plantstore.gunicorn.JSONAccessLogger"
 logconfig_dict = plantstore_gunicorn.logconfig(loglevel.upper())
 
-# A worker drops the database connections it inherited and honours a stop
-# sent while it booted (see plantstore/gunicorn.py).
+# A worker drops the database connections it inherited, honours a stop
+# sent while it booted and sets up its tracing (see plantstore/gunicorn.py).
 post_fork = plantstore_gunicorn.reset_after_fork
 # Metrics: a worker that exited is forgotten; the temporary metrics
 # directory made above is removed when the server stops.
 child_exit = plantstore_gunicorn.forget_exited_worker
 # A worker stopping gracefully lets its webhook attempts under way end (each
-# by its deadline, connect + read timeout) and writes their outcomes.
-worker_exit = plantstore_gunicorn.finish_webhook_attempts
+# by its deadline, connect + read timeout), writes their outcomes, then
+# exports its last spans (at most 5 s).
+worker_exit = plantstore_gunicorn.before_worker_exit
 on_exit = plantstore_gunicorn.remove_owned_metrics_dir

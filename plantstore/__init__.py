@@ -14,6 +14,7 @@ from .plants.routes import blp as plants_blp
 from .ratelimit import init_rate_limits
 from .request_body import Request
 from .request_ids import init_request_ids
+from .tracing import init_app as init_tracing
 from .webhooks.config import init_app as init_webhooks
 from .webhooks.routes import blp as webhooks_blp
 
@@ -30,6 +31,8 @@ def create_app(config=None):
     app.json.sort_keys = False
     app.config.update(spec_config())
     init_logging(app)
+    # First of the request hooks, so that a request's span covers the others.
+    init_tracing(app)
     init_database(app)
     init_webhooks(app)
     init_request_ids(app)

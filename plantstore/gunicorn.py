@@ -7,7 +7,10 @@
   too long, too many headers, malformed HTTP) get the service's JSON error
   shape instead of an HTML page.
 - ``reset_after_fork``: a worker forgets the database connections and the
-  signal queue it inherited from the master.
+  signal queue it inherited from the master, and sets up its own tracing
+  (``prepare_tracing`` imports what that needs, in the master).
+- ``before_worker_exit``: a stopping worker's webhook attempts end and its
+  last spans are exported.
 - ``forget_exited_worker`` and ``remove_owned_metrics_dir``: the per-worker
   metric files of prometheus_client's multiprocess mode.
 - ``check_configuration``: the master refuses to start, with one line, when
@@ -28,9 +31,9 @@ from gunicorn.http.errors import LimitRequestLine
 from gunicorn.workers.base import Worker
 from prometheus_client import multiprocess
 
-from . import logs, settings
+from . import logs, settings, tracing
 from .db import configured_database, database
-from .webhooks.config import dispatcher_of
+from .webhooks.config import web_sender_of
 
 
 class JSONAccessLogger(glogging.Logger):
@@ -69,6 +72,10 @@ class JSONAccessLogger(glogging.Logger):
             "duration_ms": round(request_time.total_seconds() * 1000, 3),
             "user_agent": environ.get("HTTP_USER_AGENT"),
         }
+        # The request's span has ended by now: its ids come from the environ.
+        trace_ids = environ.get(tracing.ENVIRON_KEY)
+        if trace_ids:
+            fields["trace_id"], fields["span_id"] = trace_ids
         try:
             handler = _plain_json_stream_handler(self.access_log)
             if handler is None:
@@ -77,7 +84,7 @@ class JSONAccessLogger(glogging.Logger):
                 return
             line = logs.encode_json(logs.json_entry(
                 time.time(), "info", self.access_log.name, os.getpid(),
-                "%s %s %s" % (method, path, status), fields))
+                f"{method} {path} {status}", fields))
             with handler.lock:
                 handler.stream.write(line + handler.terminator)
                 handler.flush()
@@ -157,7 +164,9 @@ def answer_protocol_errors_in_json():
 
 
 def reset_after_fork(server, worker):
-    """Drop inherited database connections; never lose an early SIGTERM.
+    """Drop inherited database connections; never lose an early SIGTERM; set
+    up this worker's tracing (one span export thread per worker, none in the
+    master), when the ``OTEL_*`` variables turn it on.
 
     Until the worker installs its own signal handlers (next, in
     init_process), a SIGTERM runs the master's handler, which only queues it
@@ -171,6 +180,16 @@ def reset_after_fork(server, worker):
         database.dispose()
     if _stop_was_queued(server.SIG_QUEUE):
         worker.alive = False
+    try:
+        tracing.start()
+    except Exception as error:  # the worker serves untraced rather than not at all
+        worker.log.warning("tracing could not start: %s", error)
+
+
+def prepare_tracing():
+    """In the master, when tracing is on: import the SDK and the exporter, so
+    that each worker's set-up after its fork is quick. Starts nothing."""
+    tracing.preload()
 
 
 def _stop_was_queued(signals):
@@ -187,9 +206,11 @@ def _stop_was_queued(signals):
 
 
 def check_configuration():
-    """Exit with one line on stderr if a setting is unusable (before any fork)."""
+    """Exit with one line on stderr if a setting (``PLANTSTORE_*``, or an
+    ``OTEL_*`` one tracing needs) is unusable (before any fork)."""
     try:
         configured_database(settings.read())
+        tracing.check_configuration()
     except settings.SettingError as error:
         sys.exit(f"Error: {error}")
 
@@ -201,7 +222,17 @@ def finish_webhook_attempts(server, worker):
     app = getattr(worker, "wsgi", None)
     if not isinstance(app, Flask):  # the app failed to load: nothing was sent
         return
-    dispatcher_of(app).finish()
+    web_sender_of(app).finish()
+
+
+def before_worker_exit(server, worker):
+    """gunicorn ``worker_exit``: webhook attempts under way end and their
+    outcomes are written (``finish_webhook_attempts``), then the spans still
+    waiting are exported, within ``tracing.FLUSH_SECONDS``."""
+    try:
+        finish_webhook_attempts(server, worker)
+    finally:
+        tracing.shutdown()
 
 
 def forget_exited_worker(server, worker):

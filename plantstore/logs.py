@@ -1,7 +1,8 @@
 """Structured logs: one JSON object per line, with no secret in it.
 
 ``JSONFormatter`` writes a record as one JSON line carrying the id of the
-request being served; ``configure_process_logging`` sets it up for the
+request being served and, while a span is active (``plantstore.tracing``),
+its ``trace_id`` and ``span_id``; ``configure_process_logging`` sets it up for the
 ``plantstore`` command (gunicorn's set-up is in ``plantstore.gunicorn``).
 
 Bearer tokens never reach a log line: ``redact`` masks anything shaped like
@@ -17,6 +18,8 @@ import re
 import threading
 
 from flask import has_request_context, request
+
+from . import tracing
 
 DEFAULT_TOKEN_PREFIX = "pst_"
 
@@ -97,6 +100,10 @@ def json_entry(created, level, logger, pid, message, fields):
         request_id = request.environ.get(REQUEST_ID_ENVIRON_KEY)
         if request_id:
             entry["request_id"] = request_id
+    if "trace_id" not in entry:
+        ids = tracing.log_ids()
+        if ids:
+            entry["trace_id"], entry["span_id"] = ids
     return entry
 
 
@@ -104,7 +111,8 @@ class JSONFormatter(logging.Formatter):
     """A log record as one JSON object on one line.
 
     Keys: ``ts`` (UTC, ISO 8601), ``level``, ``logger``, ``pid``, ``message``,
-    ``request_id`` (when known), the record's ``fields`` (passed as
+    ``request_id`` (when known), ``trace_id`` and ``span_id`` (while a span
+    is active), the record's ``fields`` (passed as
     ``extra={"fields": {...}}``) and ``exception`` (the traceback text).
     """
 

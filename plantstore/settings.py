@@ -210,6 +210,11 @@ SETTINGS = (
             "Networks that webhook URLs registered through the API may reach although "
             "they are not public (e.g. `10.0.0.0/8`); operators' CLI subscriptions "
             "may reach anything."),
+    Setting("WEBHOOK_TRACEPARENT", "none",
+            text(r"none|operator|all", "`none`, `operator` or `all`"),
+            "Which webhook receivers get a W3C `traceparent` header while tracing is on "
+            "(it tells them the trace's id): `none`; `operator`, those added with "
+            "`plantstore webhooks add`; `all`, also those users add through the API."),
     Setting("WEBHOOK_MAX_PER_USER", 10, integer(1, 1000),
             "Most webhook subscriptions one user may hold through the API."),
     Setting("WEBHOOK_DISABLE_AFTER_HOURS", 120.0, number(0, 365 * 24, above_minimum=True),
