@@ -4,6 +4,7 @@ The create route's one entry point is ``store_and_announce``.
 """
 from flask import json
 
+from .. import tracing
 from ..db import database
 from . import queue
 
@@ -28,6 +29,7 @@ def store_and_announce(plant, web_sender):
     IntegrityError if the plant's id is taken.
     """
     jobs = queue.store_plant(plant, NEW_PLANT_EVENT, new_plant_payload(plant),
-                             web_sender.settings)
+                             web_sender.settings, tracing.current_traceparent())
     if jobs:
-        database.after_commit(lambda: web_sender.offer(jobs))
+        context = tracing.capture_context()
+        database.after_commit(lambda: web_sender.offer(jobs, context))

@@ -32,6 +32,7 @@ class WebhookSettings:
     allowed_networks: tuple = ()  # what API subscriptions may reach beyond public addresses
     disable_after_hours: float = 120.0
     retention_days: int = 30
+    traceparent_receivers: str = "none"  # who gets a traceparent header (see tracing)
 
     @property
     def send_bound(self):
@@ -67,6 +68,7 @@ def from_config(config, version):
         allowed_networks=config["WEBHOOK_ALLOWED_NETWORKS"],
         disable_after_hours=config["WEBHOOK_DISABLE_AFTER_HOURS"],
         retention_days=config["WEBHOOK_RETENTION_DAYS"],
+        traceparent_receivers=config["WEBHOOK_TRACEPARENT"],
     )
 
 

@@ -11,6 +11,7 @@ from flask import current_app
 from flask.cli import AppGroup, with_appcontext
 from marshmallow import ValidationError
 
+from .. import tracing
 from ..cli_params import LIST_LIMIT, ROW_ID
 from ..fields import UtcTimestamp
 from ..models import Attempt, Delivery
@@ -147,15 +148,19 @@ def worker_cli(once):
     Several workers may run at once against the same database.
     """
     worker = Worker(settings_of(current_app))
-    if once:
-        tally = worker.run_once()
-        click.echo(", ".join(f"{kind} {count}" for kind, count in sorted(tally.items()))
-                   or "nothing due")
-        return
-    previous = {sig: signal.signal(sig, lambda *_: worker.stop())
-                for sig in (signal.SIGTERM, signal.SIGINT)}
+    tracing.start()  # when the OTEL_* variables turn it on
     try:
-        worker.run_forever()
+        if once:
+            tally = worker.run_once()
+            click.echo(", ".join(f"{kind} {count}" for kind, count in sorted(tally.items()))
+                       or "nothing due")
+            return
+        previous = {sig: signal.signal(sig, lambda *_: worker.stop())
+                    for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            worker.run_forever()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        tracing.shutdown()  # the last spans, within tracing.FLUSH_SECONDS

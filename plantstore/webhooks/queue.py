@@ -392,13 +392,19 @@ def _receiver_changes(decided):
             for subscription_id, found in results.items()}
 
 
+def _last_error(result):
+    """What a delivery keeps of its last attempt: nothing once delivered."""
+    return None if result.ok else result.summary()
+
+
 def _write_postgresql(decided, settings):
     receivers = _receiver_changes(decided)
     rows = database.execute_sql(queue_sql.RECORD_OUTCOMES, {
         "ids": [job.delivery_id for job, _, _ in decided],
         "leases": [job.lease for job, _, _ in decided],
         "statuses": [outcome.status for _, _, outcome in decided],
-        "errors": [result.summary() for _, result, _ in decided],
+        "last_errors": [_last_error(result) for _, result, _ in decided],
+        "errors": [result.error for _, result, _ in decided],
         "retry_in": [outcome.retry_in for _, _, outcome in decided],
         "started_at": [result.started_at for _, result, _ in decided],
         "status_codes": [result.status_code for _, result, _ in decided],
@@ -417,7 +423,7 @@ def _write_sqlite(decided, settings):
     with database.atomic():
         for job, result, outcome in decided:
             changes = {Delivery.status: outcome.status, Delivery.attempts: Delivery.attempts + 1,
-                       Delivery.last_error: result.summary(), Delivery.locked_until: None,
+                       Delivery.last_error: _last_error(result), Delivery.locked_until: None,
                        Delivery.delivered_at: clock.now() if outcome.kind == DELIVERED else None}
             if outcome.retry_in is not None:
                 changes[Delivery.next_attempt_at] = clock.after(outcome.retry_in)

@@ -96,15 +96,15 @@ between owners (operators' subscriptions are owner 0), each owner at most
 ``owner_room`` (or its entry in ``owner_keys``/``owner_rooms``)."""
 
 RECORD_OUTCOMES = f"""
-WITH outcome (id, lease, status, error, retry_in, started_at, status_code,
+WITH outcome (id, lease, status, last_error, error, retry_in, started_at, status_code,
               duration_ms) AS (
     SELECT * FROM unnest(%(ids)s::int[], %(leases)s::int[], %(statuses)s::text[],
-                         %(errors)s::text[], %(retry_in)s::float8[],
+                         %(last_errors)s::text[], %(errors)s::text[], %(retry_in)s::float8[],
                          %(started_at)s::timestamp[], %(status_codes)s::int[],
                          %(durations)s::int[])
 ), written AS (  -- only under the lease its sender held
     UPDATE delivery d
-    SET status = o.status, attempts = d.attempts + 1, last_error = o.error,
+    SET status = o.status, attempts = d.attempts + 1, last_error = o.last_error,
         locked_until = NULL,
         next_attempt_at = coalesce({NOW} + o.retry_in * interval '1 second',
                                    d.next_attempt_at),

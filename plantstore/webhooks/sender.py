@@ -14,13 +14,14 @@ import dataclasses
 import datetime
 import email.utils
 import functools
-import os
 import logging
+import os
 import threading
 import time
 
 import requests
 
+from .. import tracing
 from ..clock import local_now
 from . import ssrf
 from .deadline import DeadlineAdapter, attempt_deadline
@@ -121,16 +122,21 @@ def _excerpt(body):
     return text[:EXCERPT_CHARS] or None
 
 
-def attempt(job, settings):
-    """One attempt at ``job``: its ``SendResult``, never an exception (a bug
-    must not lose the delivery: it is retried)."""
-    started_at, clock = local_now(), time.monotonic()
-    try:
-        return send(job, settings)
-    except Exception as error:
-        log.exception("delivery %s: the attempt could not be made", job.delivery_id)
-        return SendResult(started_at, int((time.monotonic() - clock) * 1000),
-                          error=f"{type(error).__name__}: {error}"[:500])
+def attempt(job, settings, context=None):
+    """One attempt at ``job``, in its trace span (whose parent is ``context``,
+    the create's, or the delivery's stored traceparent): its ``SendResult``,
+    never an exception (a bug must not lose the delivery: it is retried)."""
+    with tracing.attempt_span(job.message_id, job.delivery_id, job.url, job.attempts + 1,
+                              job.traceparent, context) as span:
+        started_at, clock = local_now(), time.monotonic()
+        try:
+            result = send(job, settings)
+        except Exception as error:
+            log.exception("delivery %s: the attempt could not be made", job.delivery_id)
+            result = SendResult(started_at, int((time.monotonic() - clock) * 1000),
+                                error=f"{type(error).__name__}: {error}"[:500])
+        span.record(result)
+        return result
 
 
 def send(job, settings):
@@ -144,6 +150,7 @@ def send(job, settings):
     }
     if job.bearer_token:
         headers["Authorization"] = f"Bearer {job.bearer_token}"
+    headers.update(tracing.traceparent_header(settings.traceparent_receivers, job.restricted))
     clock = time.monotonic()
 
     def elapsed_ms():

@@ -28,12 +28,12 @@ WRITE_WAIT_SECONDS = 10
 """Longest a failed attempt keeps its slot waiting for its outcome to be written."""
 
 
-def attempt_and_put(job, settings, writer):
+def attempt_and_put(job, settings, writer, context=None):
     """Attempt ``job`` and have its outcome written; after a failure, wait
     (at most WRITE_WAIT_SECONDS) until it is, so that the caller frees the
     slot only once the next attempt at that receiver would see what the
     failure did (the breaker, a 410's disabling)."""
-    result = sender.attempt(job, settings)
+    result = sender.attempt(job, settings, context)
     written = writer.put(job, result)
     if not result.ok:
         written.wait(WRITE_WAIT_SECONDS)
@@ -50,12 +50,14 @@ class WebSender:
         self._pool = None
         self._pid = None
 
-    def offer(self, jobs):
-        """Start an attempt at each job that may have a slot now; leave the
-        others to the workers. Runs after a commit: never raises."""
+    def offer(self, jobs, context=None):
+        """Start an attempt at each job that may have a slot now, in the trace
+        ``context`` (the create's); leave the others to the workers. Runs
+        after a commit: never raises."""
         for job in jobs:
             try:
-                started = job.may_start(self.settings.send_bound) and self._start(job)
+                started = (job.may_start(self.settings.send_bound)
+                           and self._start(job, context))
             except Exception:  # the create has committed: it must not fail now
                 log.exception("delivery %s: could not start its attempt", job.delivery_id)
                 started = False
@@ -63,11 +65,12 @@ class WebSender:
                 metrics.count_left_to_worker("busy")
                 self.writer.give_back(job)
 
-    def _start(self, job):
+    def _start(self, job, context):
+        pool = self._pool_of_this_process()
         if not self.slots.try_take(job):
             return False
         try:
-            self._pool_of_this_process().submit(self._attempt, job)
+            pool.submit(self._attempt, job, context)
         except BaseException:
             self.slots.release(job)
             raise
@@ -82,9 +85,9 @@ class WebSender:
                 self._pid = os.getpid()
             return self._pool
 
-    def _attempt(self, job):
+    def _attempt(self, job, context):
         try:
-            attempt_and_put(job, self.settings, self.writer)
+            attempt_and_put(job, self.settings, self.writer, context)
         finally:
             self.slots.release(job)
 

@@ -17,7 +17,7 @@ import concurrent.futures
 import logging
 import threading
 
-from .. import clock
+from .. import clock, tracing
 from ..db import database, is_sqlite
 from ..maintenance import Maintenance
 from . import queue
@@ -57,9 +57,12 @@ class Worker:
 
     def _claim(self, free, due_by):
         room = self.slots.room()
-        return queue.claim(min(free, room.free, self.settings.batch_size), self.settings,
-                           room.receiver_default,
-                           room.owner_default, room.receivers, room.owners, due_by=due_by)
+        with tracing.claim_span() as span:
+            jobs = queue.claim(min(free, room.free, self.settings.batch_size), self.settings,
+                               room.receiver_default, room.owner_default, room.receivers,
+                               room.owners, due_by=due_by)
+            span.claimed(job.traceparent for job in jobs)
+        return jobs
 
     def _start(self, jobs):
         """Start each job's attempt; give back those that may not start now."""
