@@ -9,9 +9,16 @@ in ``PLANTSTORE_RATE_LIMIT_STORAGE_URI``: ``memory://`` counts per process,
 Over the limit a request gets a 429 in the error shape with ``Retry-After``;
 every limited answer carries ``X-RateLimit-Limit``, ``-Remaining`` and
 ``-Reset``. The probes, ``/metrics``, ``/openapi.json`` and the docs page are
-never limited. When the storage cannot be reached the request is served
-unlimited (fail open), logged and counted on ``/metrics``; limits apply again
-as soon as the storage answers.
+never limited.
+
+When the storage does not answer within ``PLANTSTORE_RATE_LIMIT_REDIS_TIMEOUT``
+(tens of milliseconds), the request is served unlimited (fail open) and, for
+``PLANTSTORE_RATE_LIMIT_FAIL_OPEN_SECONDS``, so is every request of the
+process without asking the storage: a hung Redis costs one timeout per
+period and process, not one per request. The failure is logged once per
+period, and every request served so is counted on ``/metrics``. After the
+period one request asks the storage again (the others keep being served
+meanwhile); when it answers, limits apply again.
 
 Why ``limits`` directly rather than Flask-Limiter (which wraps it): with a
 limit never reached, ``GET /plants?limit=10`` took 170 µs in-process without
@@ -24,6 +31,7 @@ memory, 288 µs in Redis. Keys, fixed windows, headers and their values are
 Flask-Limiter's.
 """
 import logging
+import threading
 import time
 
 import apispec
@@ -31,6 +39,9 @@ import limits
 from flask import g, request
 from limits.errors import StorageError
 from limits.storage import storage_from_string
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.retry import Retry
 
 from .auth import authenticated_caller
 from .db import DATABASE_FAILURES
@@ -42,14 +53,8 @@ log = logging.getLogger(__name__)
 UNLIMITED_BLUEPRINTS = ("health", "metrics", "api-docs", "swagger_ui")
 """The probes, ``/metrics``, the OpenAPI document and the docs page."""
 
-REDIS_TIMEOUT_SECONDS = 0.25
-"""How long a request waits for Redis before it is served without a limit."""
-
 KEY_PREFIX, SCOPE = "plantstore", "global"
 """Around the caller in a limit's key, as Flask-Limiter names an application limit."""
-
-SWEEP_SECONDS = 1.0
-"""How often at most ``memory://`` frees expired counts (see _sweep_less_often)."""
 
 REMEMBERED_WINDOWS = 10_000
 """Window ends a process remembers before it forgets them all and asks again."""
@@ -76,6 +81,56 @@ def caller_key():
     return f"address:{request.remote_addr}"
 
 
+def redis_options(timeout):
+    """The redis-py client options of a Redis storage (``limits`` passes them
+    to ``redis.from_url``): every connect and every answer given up after
+    ``timeout`` seconds and not tried again, so a hung Redis costs a request
+    one timeout; a dropped connection (a restarted Redis) is tried once more
+    on a new one, so a restart costs nothing."""
+    return {"socket_connect_timeout": timeout, "socket_timeout": timeout,
+            "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))}
+
+
+class FailOpen:
+    """Whether a process asks the limit storage: not for ``seconds`` after it
+    failed, then by one request at a time until it answers again."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.resume_at = 0.0  # time.monotonic() when the storage may be asked; 0: now
+        self.lock = threading.Lock()
+
+    def skips_storage(self):
+        """True while requests are served unlimited without asking the storage.
+
+        The first request after the period asks it; until that one's answer,
+        the others go on unlimited rather than wait for it too.
+        """
+        if not self.resume_at:
+            return False
+        with self.lock:
+            now = time.monotonic()
+            if now < self.resume_at:
+                return True
+            self.resume_at = now + self.seconds
+            return False
+
+    def storage_failed(self, cause):
+        """Stop asking the storage for the period, and say so once."""
+        with self.lock:
+            self.resume_at = time.monotonic() + self.seconds
+        log.warning("rate limit storage unreachable: requests served unlimited for "
+                    "%gs without asking it: %s: %s", self.seconds, type(cause).__name__,
+                    cause)
+
+    def storage_answered(self):
+        """Ask the storage again on every request, and say so if it had failed."""
+        if self.resume_at:
+            with self.lock:
+                self.resume_at = 0.0
+            log.info("rate limit storage answers again: limits apply")
+
+
 class RateLimiter:
     """``app``'s limits, parsed once, counted in one storage by fixed windows."""
 
@@ -88,10 +143,9 @@ class RateLimiter:
         uri = app.config["RATE_LIMIT_STORAGE_URI"]
         options = {}
         if uri.startswith("redis"):
-            options = {"socket_connect_timeout": REDIS_TIMEOUT_SECONDS,
-                       "socket_timeout": REDIS_TIMEOUT_SECONDS}
+            options = redis_options(app.config["RATE_LIMIT_REDIS_TIMEOUT"])
         self.storage = storage_from_string(uri, wrap_exceptions=True, **options)
-        _sweep_less_often(self.storage)
+        self.fail_open = FailOpen(app.config["RATE_LIMIT_FAIL_OPEN_SECONDS"])
         # None: no route matched (404, 405), which is not limited either.
         self.unlimited = frozenset([None, *(
             rule.endpoint for rule in app.url_map.iter_rules()
@@ -104,6 +158,9 @@ class RateLimiter:
     def spend(self):
         """Count the request against each limit; a 429 once one is spent."""
         if request.endpoint in self.unlimited:
+            return None
+        if self.fail_open.skips_storage():
+            count_rate_limit_storage_failure()
             return None
         caller = caller_key()
         shown = None
@@ -119,10 +176,9 @@ class RateLimiter:
             g.rate_limit = amount, count, self.window_end(key, expiry, count)
         except StorageError as error:
             count_rate_limit_storage_failure()
-            cause = error.storage_error
-            log.warning("rate limit storage unreachable, request served unlimited: %s: %s",
-                        type(cause).__name__, cause)
+            self.fail_open.storage_failed(error.storage_error)
             return None
+        self.fail_open.storage_answered()
         if count > amount:
             return error_response(429, BREACH_MESSAGE)
         return None
@@ -159,25 +215,6 @@ class RateLimiter:
             if response.status_code == 429:
                 headers["Retry-After"] = str(max(int(reset - time.time()), 1))
         return response
-
-
-def _sweep_less_often(storage):
-    """Let ``limits``' memory storage start its sweeping timer thread at most
-    every SWEEP_SECONDS rather than after every 10 ms of traffic (that cost
-    ~20 µs a request in-process). Counts still expire on time (the storage
-    checks expiry when it reads one); only their memory is freed later."""
-    schedule = getattr(storage, "_MemoryStorage__schedule_expiry", None)
-    if schedule is None:  # not the memory storage
-        return
-    due = 0.0
-
-    def now_and_then():
-        nonlocal due
-        now = time.monotonic()
-        if now >= due:
-            due = now + SWEEP_SECONDS
-            schedule()
-    storage._MemoryStorage__schedule_expiry = now_and_then
 
 
 def init_rate_limits(app):

@@ -238,6 +238,12 @@ SETTINGS = (
                  "`memory://` or a `redis://host:port/db` URL"),
             "Where rate limit counts live: `memory://` counts per process; "
             "`redis://host:port/db` shares them between every process and machine."),
+    Setting("RATE_LIMIT_REDIS_TIMEOUT", 0.05, number(0, 5, above_minimum=True),
+            "Seconds a request waits for Redis (to connect, then for each answer) "
+            "before it is served without a limit."),
+    Setting("RATE_LIMIT_FAIL_OPEN_SECONDS", 5.0, number(0, HOUR, above_minimum=True),
+            "Seconds a process serves requests without a limit, without asking Redis, "
+            "after Redis failed to answer; then one request asks again."),
     Setting("IDEMPOTENCY_TTL_HOURS", 24.0, number(0, 30 * 24, above_minimum=True),
             "Hours an `Idempotency-Key` of `POST /plants` is remembered with its answer."),
 )

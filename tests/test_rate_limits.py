@@ -1,7 +1,10 @@
 """Rate limits: per caller, 429 in the error shape with Flask-Limiter's headers,
 never on the probes, metrics and docs, exact across gunicorn workers with
-Redis, and failing open while Redis is away."""
+Redis, and failing open while Redis is away or hung, at the cost of one
+timeout per period."""
 import concurrent.futures
+import logging
+import signal
 import subprocess
 import time
 
@@ -149,9 +152,18 @@ class OwnRedis:
         finally:
             client.close()
 
+    def hang(self):
+        """Stop the server (SIGSTOP): connections are accepted, never answered."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def wake(self):
+        """Let a hung server go on (SIGCONT), its counts as they were."""
+        self.process.send_signal(signal.SIGCONT)
+
     def stop(self):
         if self.process and self.process.poll() is None:
-            self.process.terminate()
+            self.process.send_signal(signal.SIGCONT)  # a stopped process ends only once woken
+            self.process.kill()
             self.process.wait(timeout=10)
 
 
@@ -160,6 +172,69 @@ def own_redis():
     server = OwnRedis()
     yield server
     server.stop()
+
+
+HUNG_TIMEOUT = 0.5
+"""Each Redis call's timeout in the hung-Redis test: what every request would
+pay if each asked the hung Redis (the bound below is 150 ms)."""
+
+
+class TestHungRedis:
+    """Redis accepting connections but never answering (SIGSTOP)."""
+
+    @pytest.fixture
+    def app_config(self, own_redis):
+        own_redis.start()
+        return {"RATE_LIMIT": "5/minute", "RATE_LIMIT_STORAGE_URI": own_redis.url,
+                "RATE_LIMIT_REDIS_TIMEOUT": HUNG_TIMEOUT, "RATE_LIMIT_FAIL_OPEN_SECONDS": 5}
+
+    def test_a_hung_redis_costs_one_timeout_then_nothing_and_limits_resume(
+            self, client, alice, own_redis, caplog):
+        def timed_get():
+            """GET /plants as alice; the response and its seconds."""
+            started = time.monotonic()
+            response = client.get("/plants", headers=bearer(alice))
+            return response, time.monotonic() - started
+
+        assert [timed_get()[0].status_code for _ in range(6)] == [200] * 5 + [429]
+        failures_before = _storage_failures_in(client)
+        caplog.set_level(logging.INFO, logger="plantstore.ratelimit")
+
+        own_redis.hang()
+        first, _ = timed_get()  # pays the timeout once, and is served
+        during = [timed_get() for _ in range(10)]
+
+        assert first.status_code == 200 and "X-RateLimit-Limit" not in first.headers
+        for response, seconds in during:
+            assert response.status_code == 200
+            assert "X-RateLimit-Limit" not in response.headers
+            # In-process requests take a few ms; asking the hung Redis would
+            # cost HUNG_TIMEOUT (500 ms) each.
+            assert seconds < 0.15, [round(took, 3) for _, took in during]
+        assert _storage_failures_in(client) - failures_before == 11
+        warnings = [record for record in caplog.records
+                    if "rate limit storage unreachable" in record.getMessage()]
+        assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
+
+        own_redis.wake()
+        # Within one fail-open period (5 s) a request asks Redis again: the
+        # window's count is still there, spent.
+        refused = wait_until(lambda: client.get("/plants", headers=bearer(alice)).status_code
+                             == 429 or None, timeout=20, interval=0.1,
+                             message="limits applying again after Redis woke")
+        assert refused
+        again = client.get("/plants", headers=bearer(alice))
+        assert_error(again, 429)
+        assert again.headers["X-RateLimit-Limit"] == "5"
+        assert any("answers again" in record.getMessage() for record in caplog.records)
+
+
+def _storage_failures_in(client):
+    """plantstore_rate_limit_storage_failures_total, scraped through ``client``."""
+    for line in client.get("/metrics").get_data(as_text=True).splitlines():
+        if line.startswith("plantstore_rate_limit_storage_failures_total "):
+            return float(line.split()[1])
+    return 0.0
 
 
 def _get(server, token, path="/plants"):
@@ -213,7 +288,8 @@ def test_redis_going_away_fails_open_and_limits_resume_when_it_is_back(
         gunicorn_server, own_redis, alice):
     own_redis.start()
     server = gunicorn_server(workers=2, env={
-        "PLANTSTORE_RATE_LIMIT": "3/minute", "PLANTSTORE_RATE_LIMIT_STORAGE_URI": own_redis.url})
+        "PLANTSTORE_RATE_LIMIT": "3/minute", "PLANTSTORE_RATE_LIMIT_STORAGE_URI": own_redis.url,
+        "PLANTSTORE_RATE_LIMIT_FAIL_OPEN_SECONDS": "1"})
     assert [_get(server, alice).status_code for _ in range(4)] == [200, 200, 200, 429]
 
     own_redis.stop()
@@ -224,7 +300,10 @@ def test_redis_going_away_fails_open_and_limits_resume_when_it_is_back(
     assert "rate limit storage unreachable" in server.output()
 
     own_redis.start()  # same port, empty: a fresh window
-    wait_until(lambda: "X-RateLimit-Limit" in _get(server, alice).headers,
-               timeout=15, interval=0.2, message="limits resuming")
-    statuses = [_get(server, alice).status_code for _ in range(8)]
-    assert statuses.count(429) >= 4  # at most the 3 allowed, less those spent above
+
+    def limited_in_every_worker():
+        """Whether a burst of 8 gets at most the 3 allowed (each worker asks
+        Redis again once its fail-open second has passed)."""
+        return [_get(server, alice).status_code for _ in range(8)].count(429) >= 5
+    wait_until(limited_in_every_worker, timeout=20, interval=0.2,
+               message="limits applying again in every worker")
