@@ -8,6 +8,9 @@ from pathlib import Path
 POST_SCRIPT = Path(__file__).with_name("post.lua")
 PACED_POST_SCRIPT = Path(__file__).with_name("post_paced.lua")
 THREADS, CONNECTIONS = 1, 8
+TIMEOUT_SECONDS = 10
+"""An answer slower than this counts as an error (wrk's default, 2 s, is
+reached by a healthy server on a machine others are loading too)."""
 
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
 
@@ -22,6 +25,7 @@ class Result:
     p50_ms: float
     p99_ms: float
     errors: int
+    failures: str = ""  # wrk's lines counting them
     cpu_us: float | None = None
     statements: float | None = None
 
@@ -52,6 +56,7 @@ def _ms(text):
 
 def parse(output):
     """A Result from wrk --latency output."""
+    failures = []
     percentiles = dict(re.findall(r"^\s+(50|99)(?:\.000)?%\s+(\S+)\s*$", output, re.M))
     requests = int(re.search(r"^\s+(\d+) requests in", output, re.M).group(1))
     errors = 0
@@ -60,16 +65,17 @@ def parse(output):
         match = re.search(pattern, output)
         if match:
             errors += sum(int(n) for n in match.groups())
+            failures.append(match.group(0))
     return Result(requests=requests,
                   rps=float(re.search(r"Requests/sec:\s+([0-9.]+)", output).group(1)),
                   p50_ms=_ms(percentiles["50"]), p99_ms=_ms(percentiles["99"]),
-                  errors=errors)
+                  errors=errors, failures="; ".join(failures))
 
 
 def run(wrk, url, token, seconds, script=None, script_args=(), connections=CONNECTIONS):
     """Run wrk against ``url`` for ``seconds``; the parsed Result."""
     argv = [wrk, f"-t{THREADS}", f"-c{connections}", f"-d{seconds}s", "--latency",
-            "-H", f"Authorization: Bearer {token}"]
+            f"--timeout={TIMEOUT_SECONDS}s", "-H", f"Authorization: Bearer {token}"]
     if script:
         argv += ["-s", str(script)]
     argv.append(url)

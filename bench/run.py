@@ -180,8 +180,8 @@ class Runner:
             result = load.run(self.wrk, contender.server.url + path, contender.token, seconds,
                               connections=connections)
         if result.errors:
-            raise load.LoadError(f"{contender.name}: {result.errors} failed requests "
-                                 f"(see {contender.server.log_path})")
+            raise load.LoadError(f"{contender.name}: {result.errors} failed requests, "
+                                 f"{result.failures} (see {contender.server.log_path})")
         cpu_used = contender.server.cpu_seconds() - cpu_before
         result.cpu_us = cpu_used * 1e6 / result.requests
         result.statements = window.per(result.requests)
@@ -273,11 +273,12 @@ def measure_latency(runner, contenders, backend, rounds, started):
     connections = env_int("BENCH_LATENCY_CONNECTIONS", load.CONNECTIONS)
     upstream = urlsplit(backend.server_url)
     python = BENCH_VENV_BIN / "python"  # with uvloop, when the yardsticks were installed
-    proxies = {f"+{ms} ms": delay_proxy.DelayProxyProcess(
-        upstream.hostname, upstream.port or 5432, ms,
-        python=python if python.exists() else sys.executable) for ms in DELAYS_MS}
-    proxied = []
+    proxies, proxied = {}, []
     try:
+        for ms in DELAYS_MS:
+            proxies[f"+{ms} ms"] = delay_proxy.DelayProxyProcess(
+                upstream.hostname, upstream.port or 5432, ms,
+                python=python if python.exists() else sys.executable)
         round_trips = {"direct": round_trip_ms(backend.admin_url)}
         round_trips.update({link: round_trip_ms(via_proxy(backend.admin_url, proxy.port))
                             for link, proxy in proxies.items()})
