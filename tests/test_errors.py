@@ -176,3 +176,12 @@ def test_options_lists_the_allowed_methods_without_a_token(client, path, allowed
     assert response.status_code == 200
     assert {m.strip() for m in response.headers["Allow"].split(",")} == allowed
     assert response.data == b""
+
+
+@pytest.mark.parametrize("path", ["/plants", "/plants/1", "/healthz", "/openapi.json"])
+def test_options_answers_are_empty_without_a_content_type(client, path):
+    response = client.options(path)
+    assert response.status_code == 200
+    assert response.data == b""
+    assert "Content-Type" not in response.headers
+    assert "OPTIONS" in response.headers["Allow"]

@@ -335,3 +335,47 @@ def test_admin_can_delete_any_users_plant(client, alice, admin):
 def test_delete_with_a_bad_path_id_is_400(client, alice, raw_id):
     error = assert_error(client.delete(f"/plants/{raw_id}", headers=bearer(alice)), 400)
     assert "id" in error["details"]
+
+
+NOT_ASCII_INTEGERS = ["1_0", "+7", " 7", "7 ", "\u0667", "\uff11\uff10", "0x10",
+                      "7.0", "1e1", "", "--7", "7-"]
+
+
+@pytest.mark.parametrize("parameter", ["limit", "after"])
+@pytest.mark.parametrize("written", NOT_ASCII_INTEGERS)
+def test_query_integers_written_other_than_ascii_digits_are_400_naming_them(
+        client, alice, parameter, written):
+    response = client.get("/plants", query_string={parameter: written},
+                          headers=bearer(alice))
+    body = assert_error(response, 400)
+    assert list(body["details"]) == [parameter]
+    assert body["message"].startswith(f"Invalid {parameter}: ")
+
+
+@pytest.mark.parametrize("written", ["1_0", "+7", " 7", "\u0667", "\uff11\uff10", "0x10",
+                                     "7.5", "1e-1", "1.", ".5"])
+def test_path_ids_written_other_than_json_integers_in_ascii_are_400(client, alice, written):
+    response = client.delete(f"/plants/{written}", headers=bearer(alice))
+    body = assert_error(response, 400)
+    assert list(body["details"]) == ["id"]
+
+
+def test_integers_of_thousands_of_digits_are_400_naming_the_bound(client, alice):
+    huge = "9" * 5000
+    body = assert_error(client.get(f"/plants?limit={huge}", headers=bearer(alice)), 400)
+    assert "less than or equal to" in body["message"]
+    body = assert_error(client.get(f"/plants?after=-{huge}", headers=bearer(alice)), 400)
+    assert "greater than or equal to -9223372036854775808" in body["message"]
+    assert_error(client.delete(f"/plants/{huge}", headers=bearer(alice)), 400)
+
+
+def test_ascii_integers_still_page_and_delete(client, alice):
+    for plant_id in (-3, 5, 9):
+        client.post("/plants", json={"id": plant_id, "name": "fern"}, headers=bearer(alice))
+    response = client.get("/plants?limit=01&after=-4", headers=bearer(alice))
+    assert response.status_code == 200
+    assert response.headers["Link"] == '</plants?limit=1&after=-3>; rel="next"'
+    assert client.delete("/plants/-3", headers=bearer(alice)).status_code == 204
+    # The create body may write an id as 5.0 or 9e0; the path takes it back so.
+    assert client.delete("/plants/5.0", headers=bearer(alice)).status_code == 204
+    assert client.delete("/plants/0.9e1", headers=bearer(alice)).status_code == 204

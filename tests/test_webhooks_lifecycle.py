@@ -11,7 +11,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 from helpers import bearer, create_plant, wait_until
 from plantstore import db
 from plantstore.models import Attempt, Delivery, Subscription, utcnow
-from plantstore.webhooks import secrets
+from plantstore.webhooks import queue, secrets
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.worker import Worker
 from plugins.webhooks import Answer, subscribe, verify, wait_for_attempts
@@ -160,8 +160,7 @@ def test_deliveries_purge_refuses_a_bad_age(runner, days):
 
 
 def test_the_worker_purges_past_retention_in_small_batches(app, runner, monkeypatch):
-    from plantstore.webhooks import lifecycle
-    monkeypatch.setattr(lifecycle, "PURGE_BATCH", 1)
+    monkeypatch.setattr(queue, "PURGE_BATCH", 1)
     subscription_id, _ = subscribe(runner, "http://127.0.0.1:9/hook")
     seed_deliveries(subscription_id, days_old=40)
     with app.app_context():

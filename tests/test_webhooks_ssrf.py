@@ -15,6 +15,10 @@ from plugins.webhooks import Answer, subscribe, verify, wait_for_attempts
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 LOOKUP_SECONDS = 0.5
+# A lookup that never ends is given up after LOOKUP_SECONDS; what waits on it
+# answers within five times that (a loaded machine), never when the lookup
+# would have ended (60 s, see ``dns``).
+GIVEN_UP_WITHIN = 5 * LOOKUP_SECONDS
 
 
 @pytest.fixture
@@ -33,6 +37,7 @@ def dns(monkeypatch):
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
     yield steer
     released.set()
+
 
 REFUSED_HOSTS = [
     # loopback
@@ -81,13 +86,12 @@ def test_a_name_whose_lookup_never_ends_is_refused_within_the_connect_timeout(
     # More names than the lookups one process runs at once (2 here): the
     # last ones find them all taken by names the resolver never answers.
     monkeypatch.setattr(ssrf, "LOOKUPS_AT_ONCE", 2)
-    monkeypatch.setattr(ssrf, "_resolver", (None, None))
     for name in range(4):
         dns.hanging.add(f"n{name}.test")
         started = time.monotonic()
         response = client.post("/webhooks", json={"url": f"http://n{name}.test/hook"},
                                headers=bearer(alice))
-        assert time.monotonic() - started < LOOKUP_SECONDS + 0.5
+        assert time.monotonic() - started < GIVEN_UP_WITHIN
         [refusal] = assert_error(response, 400)["details"]["url"]
         assert f"did not resolve within {LOOKUP_SECONDS:g}s" in refusal
     # Addresses need no lookup, and the API goes on answering.
@@ -241,5 +245,5 @@ def test_a_send_whose_lookup_never_ends_fails_within_the_connect_timeout(
     wait_for_attempts(1)
     [attempt] = Attempt.select()
     assert f"did not resolve within {LOOKUP_SECONDS:g}s" in attempt.error, attempt.error
-    assert attempt.duration_ms < (LOOKUP_SECONDS + 0.5) * 1000
+    assert attempt.duration_ms < GIVEN_UP_WITHIN * 1000
     assert receiver.requests == []

@@ -77,18 +77,19 @@ class LookupTimeout(socket.gaierror):
 
 
 _resolver_lock = threading.Lock()
-_resolver = (None, None)  # (pid, the lookup threads' executor)
+_resolver = (None, None)  # ((pid, LOOKUPS_AT_ONCE), the lookup threads' executor)
 
 
 def _resolver_of_this_process():
-    """This process's lookup threads (a forked child starts its own)."""
+    """This process's lookup threads (a forked child starts its own, and so
+    does a change of ``LOOKUPS_AT_ONCE``)."""
     global _resolver
     with _resolver_lock:
-        pid, executor = _resolver
-        if pid != os.getpid():
+        made_for, executor = _resolver
+        if made_for != (os.getpid(), LOOKUPS_AT_ONCE):
             executor = concurrent.futures.ThreadPoolExecutor(
                 LOOKUPS_AT_ONCE, thread_name_prefix="webhook-lookup")
-            _resolver = (os.getpid(), executor)
+            _resolver = ((os.getpid(), LOOKUPS_AT_ONCE), executor)
         return executor
 
 

@@ -20,14 +20,22 @@ import pytest
 from standardwebhooks import Webhook
 
 from helpers import wait_until
+from plantstore import clock
+from plantstore.db import database
 from plantstore.models import Attempt
 
-# Sends give up quickly, so a silent receiver costs a create little.
-QUICK_SENDS = {"WEBHOOK_CONNECT_TIMEOUT": 0.3, "WEBHOOK_READ_TIMEOUT": 0.6}
+# Sends a test expects a receiver to answer: timeouts of seconds where a
+# loopback receiver answers in milliseconds, so only the fault a test sets up
+# fails a send, however loaded the machine.
+PATIENT_SENDS = {"WEBHOOK_CONNECT_TIMEOUT": 5.0, "WEBHOOK_READ_TIMEOUT": 10.0}
+# Sends a test expects to time out: they give up soon.
+QUICK_TIMEOUTS = {"WEBHOOK_CONNECT_TIMEOUT": 0.3, "WEBHOOK_READ_TIMEOUT": 0.6}
+# The former name of PATIENT_SENDS, still imported by test_webhooks_retries.py.
+QUICK_SENDS = PATIENT_SENDS
 # A failed send is retried once, due at once (by ``worker --once``).
-RETRY_AT_ONCE = {**QUICK_SENDS, "WEBHOOK_RETRY_SCHEDULE": "0"}
+RETRY_AT_ONCE = {**PATIENT_SENDS, "WEBHOOK_RETRY_SCHEDULE": "0"}
 # A failed send is retried twice, a second apart.
-RETRY_EVERY_SECOND = {**QUICK_SENDS, "WEBHOOK_RETRY_SCHEDULE": "1,1"}
+RETRY_EVERY_SECOND = {**PATIENT_SENDS, "WEBHOOK_RETRY_SCHEDULE": "1,1"}
 # Leases as short as allowed and retries due at once, for workers racing,
 # dying and polling.
 SHORT_LEASES = {"WEBHOOK_CONNECT_TIMEOUT": 0.5, "WEBHOOK_READ_TIMEOUT": 0.5,
@@ -163,7 +171,7 @@ class Receiver:
             self.requests.append(received)
             self.answers.append(answer)
 
-    def wait_for(self, count, timeout=10.0):
+    def wait_for(self, count, timeout=30.0):
         """The first ``count`` requests received; fails after ``timeout`` seconds."""
         wait_until(lambda: len(self.requests) >= count, timeout, interval=0.01,
                    message=lambda: f"the receiver got {len(self.requests)} "
@@ -201,7 +209,7 @@ def subscribe(runner, url, bearer=None):
     return created["id"], created["secret"]
 
 
-def wait_for_attempts(count, timeout=5.0):
+def wait_for_attempts(count, timeout=30.0):
     """Wait until ``count`` attempts are recorded (sending threads write them)."""
     wait_until(lambda: Attempt.select().count() >= count, timeout,
                message="attempts were not recorded in time")
@@ -214,10 +222,18 @@ def run_worker(runner):
     return result.stdout.strip()
 
 
-def sleep_until(moment):
-    """Sleep until the stored UTC time ``moment`` has passed."""
-    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
-    time.sleep(max(0.0, (moment - now).total_seconds()) + 0.05)
+def sleep_until(moment, timeout=60.0):
+    """Wait until the database's clock (the one that says what is due) has
+    passed the stored time ``moment``: a retry's due time, a lease's end."""
+    wait_until(lambda: _database_clock_passed(moment), timeout, interval=0.02,
+               message=f"the database's clock to pass {moment}")
+
+
+def _database_clock_passed(moment):
+    current = clock.now()
+    if isinstance(current, datetime.datetime):  # SQLite: the process's clock
+        return current > moment
+    return database.execute_sql(f"SELECT {clock.POSTGRES_NOW} > %s", (moment,)).fetchone()[0]
 
 
 # --- receivers that trickle their answer ------------------------------------
