@@ -171,3 +171,22 @@ def run_plantstore(*args, env, cwd=REPO, timeout=60):
 def setting(key):
     """The ``plantstore.settings.Setting`` called ``key``."""
     return next(entry for entry in SETTINGS if entry.key == key)
+
+
+# --- clocks ---------------------------------------------------------------
+
+def skew_process_clock(monkeypatch, offset):
+    """Make this process's clock read ``offset`` (a timedelta) off, like a
+    host whose clock is wrong: every plantstore module's name for it
+    (``models.utcnow``, ``clock.local_now``) until the test ends."""
+    from plantstore import clock, models
+    real_clocks = (models.utcnow, clock.local_now)
+    real = models.utcnow
+
+    def skewed():
+        return real() + offset
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("plantstore"):
+            for name in ("utcnow", "local_now"):
+                if getattr(module, name, None) in real_clocks:
+                    monkeypatch.setattr(module, name, skewed)

@@ -1,16 +1,24 @@
-"""Idempotency-Key on POST /plants: replay, mismatch, in flight, per user,
-expiry and purge; against gunicorn with a receiver counting webhook events."""
+"""Idempotency-Key on POST /plants: replay, mismatch, per user, expiry and
+purge; who holds a key (the transaction of its request: a duplicate meanwhile,
+another holder, a killed holder) and the database's clock; against gunicorn
+with a receiver counting webhook events."""
 import concurrent.futures
 import datetime
 import json
+import signal
+import subprocess
+import sys
+import threading
 import time
 
+import psycopg2
 import pytest
 import requests
 
-from helpers import assert_error, bearer
+from helpers import POSTGRES_URL, REPO, assert_error, bearer, skew_process_clock, wait_until
+from plantstore import db, idempotency
 from plantstore.idempotency import purge_expired_keys
-from plantstore.models import IdempotencyKey, Plant
+from plantstore.models import IdempotencyKey, Plant, User
 from plugins.webhooks import subscribe
 
 
@@ -75,7 +83,8 @@ def test_a_failed_request_leaves_its_key_free(client, alice, bob):
 
 
 def test_without_a_key_nothing_is_remembered(app, client, alice):
-    assert client.post("/plants", headers=bearer(alice), json={"id": 1, "name": "x"}).status_code == 200
+    created = client.post("/plants", headers=bearer(alice), json={"id": 1, "name": "x"})
+    assert created.status_code == 200
     assert_error(client.post("/plants", headers=bearer(alice), json={"id": 1, "name": "x"}), 409)
     with app.app_context():
         assert IdempotencyKey.select().count() == 0
@@ -157,33 +166,216 @@ def test_a_retried_create_is_replayed_once_across_workers(
     assert _plants(app) == [(1,)]
 
 
-def test_a_key_in_flight_is_409_until_its_request_answers_then_replayed(
-        app, client, alice):
-    """A key whose request has claimed it and not yet stored its answer (the
-    row as a request in progress holds it, in any process) is a 409 with
-    Retry-After for the same request and a 422 for another; once the answer
-    is stored, the same request is replayed."""
+# --- who holds a key: the transaction of its request ------------------------
+
+postgres_only = pytest.mark.skipif(
+    not POSTGRES_URL, reason="SQLite's write transactions take turns: nothing runs "
+                             "beside the transaction holding a key")
+sqlite_only = pytest.mark.skipif(bool(POSTGRES_URL), reason="SQLite's turn-taking")
+postgres_clock_only = pytest.mark.skipif(
+    not POSTGRES_URL, reason="SQLite serves one host: its clock is the process's")
+
+
+@pytest.fixture
+def held_create(app, monkeypatch):
+    """Start a keyed create in a thread and stop it inside its transaction,
+    its plant and key inserted and its answer not yet stored; the returned
+    ``release()`` lets it finish and gives its response. Released at the
+    end of the test whatever happened."""
+    inside, released = threading.Event(), threading.Event()
+    remember = idempotency._remember
+
+    def remember_when_released(row_id, response):
+        if not inside.is_set():  # only the first request's
+            inside.set()
+            assert released.wait(timeout=60), "the held create was never released"
+        remember(row_id, response)
+    monkeypatch.setattr(idempotency, "_remember", remember_when_released)
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+
+    def start(token, key, plant):
+        first = pool.submit(app.test_client().post, "/plants",
+                            headers=keyed(token, key), json=plant)
+        wait_until(lambda: inside.is_set() or first.done(),
+                   message="the first create to be in its transaction")
+        assert inside.is_set(), first.result().data
+
+        def release():
+            released.set()
+            return first.result(timeout=60)
+        return release
+    yield start
+    released.set()
+    pool.shutdown(wait=True)
+
+
+def _post_within(app, token, key, plant, seconds=30):
+    """POST from another thread, failing the test if no answer comes within
+    ``seconds`` (a request waiting on a held key must not wait unbounded)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(app.test_client().post, "/plants",
+                             headers=keyed(token, key), json=plant)
+        return answer.result(timeout=seconds)
+
+
+@postgres_only
+def test_a_duplicate_while_the_first_is_in_its_transaction_is_409_at_once_then_replayed(
+        app, client, alice, held_create):
+    """The key's advisory lock is tried, never waited for: a second request
+    with the key, whatever its body, gets the 409 with Retry-After while the
+    first is still in its transaction; once that commits, the same request
+    is replayed and another body is a 422."""
     plant = {"id": 7, "name": "slow"}
-    first = client.post("/plants", headers=keyed(alice, "k"), json=plant)
-    assert first.status_code == 200
-    with app.app_context():
-        answer = IdempotencyKey.get(IdempotencyKey.key == "k")
-        in_progress = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None) \
-            + datetime.timedelta(seconds=60)
-        IdempotencyKey.update(status=None, locked_until=in_progress).where(
-            IdempotencyKey.id == answer.id).execute()
-    during = client.post("/plants", headers=keyed(alice, "k"), json=plant)
-    assert_error(during, 409)
-    assert during.headers["Retry-After"] == "1"
-    assert_error(client.post("/plants", headers=keyed(alice, "k"),
-                             json={"id": 8, "name": "other"}), 422)
-    with app.app_context():
-        IdempotencyKey.update(status=answer.status, locked_until=None).where(
-            IdempotencyKey.id == answer.id).execute()
+    release = held_create(alice, "k", plant)
+    for body in (plant, {"id": 8, "name": "other"}):
+        during = _post_within(app, alice, "k", body)
+        assert_error(during, 409)
+        assert during.headers["Retry-After"] == "1"
+    first = release()
+    assert first.status_code == 200 and "Idempotent-Replayed" not in first.headers
     after = client.post("/plants", headers=keyed(alice, "k"), json=plant)
     assert (after.status_code, after.data) == (200, first.data)
     assert after.headers["Idempotent-Replayed"] == "true"
+    assert_error(client.post("/plants", headers=keyed(alice, "k"),
+                             json={"id": 8, "name": "other"}), 422)
     assert _plants(app) == [(7,)]
+
+
+@sqlite_only
+def test_on_sqlite_a_duplicate_takes_its_turn_and_is_replayed(app, alice, held_create):
+    """The transaction holding the key holds SQLite's write lock: a second
+    request with the key (sent while the first holds it, or just after)
+    runs once the first has committed, and gets its answer."""
+    plant = {"id": 7, "name": "slow"}
+    release = held_create(alice, "k", plant)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        duplicate = pool.submit(app.test_client().post, "/plants",
+                                headers=keyed(alice, "k"), json=plant)
+        first = release()
+        again = duplicate.result(timeout=60)
+    assert first.status_code == 200 and "Idempotent-Replayed" not in first.headers
+    assert (again.status_code, again.data) == (200, first.data)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert _plants(app) == [(7,)]
+
+
+@postgres_only
+def test_a_stored_answer_is_replayed_whatever_else_holds_the_key(app, client, alice):
+    """Another transaction holding the key's lock (a request in progress, or
+    the connection of a process the database has not yet seen die) makes a
+    key without an answer a 409, and changes nothing for a key with one:
+    its answer is replayed, and another body is a 422."""
+    plant = {"id": 1, "name": "fern"}
+    first = client.post("/plants", headers=keyed(alice, "answered"), json=plant)
+    assert first.status_code == 200
+    with app.app_context():
+        alice_id = User.get(User.name == "alice").id
+    holder = psycopg2.connect(POSTGRES_URL)
+    try:
+        with holder.cursor() as cursor:  # a transaction stays open until rollback
+            for key in ("answered", "unanswered"):
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)",
+                               (idempotency.lock_number(alice_id, key),))
+        replayed = _post_within(app, alice, "answered", plant)
+        assert (replayed.status_code, replayed.data) == (200, first.data)
+        assert replayed.headers["Idempotent-Replayed"] == "true"
+        assert_error(_post_within(app, alice, "answered", {"id": 2, "name": "moss"}), 422)
+        held = _post_within(app, alice, "unanswered", {"id": 3, "name": "ivy"})
+        assert_error(held, 409)
+        assert held.headers["Retry-After"] == "1"
+    finally:
+        holder.rollback()
+        holder.close()
+    assert client.post("/plants", headers=keyed(alice, "unanswered"),
+                       json={"id": 3, "name": "ivy"}).status_code == 200
+    assert _plants(app) == [(1,), (3,)]
+
+
+# Run by a separate Python process: a keyed create through the real app that
+# stops inside its transaction (plant and key inserted, nothing committed),
+# says so on stdout with its PostgreSQL backend's pid, and waits to be killed.
+HOLDER = r"""
+import json, sys, threading
+from plantstore import create_app, db, idempotency
+
+url, token, key, plant = sys.argv[1:5]
+
+
+def hold(row_id, response):
+    backend = 0 if db.is_sqlite() else \
+        db.database.execute_sql("SELECT pg_backend_pid()").fetchone()[0]
+    print("holding", backend, flush=True)
+    threading.Event().wait(timeout=120)
+    sys.exit("the holder was not killed")
+
+
+idempotency._remember = hold
+app = create_app({"DATABASE_URL": url})
+app.test_client().post("/plants", json=json.loads(plant), headers={
+    "Authorization": f"Bearer {token}", "Idempotency-Key": key})
+sys.exit("the holder's create ended")
+"""
+
+
+def _backend_alive(app, pid):
+    with app.app_context():
+        return db.database.execute_sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]
+
+
+def test_a_key_held_by_a_killed_process_is_free_once_the_database_sees_it_gone(
+        app, client, database_url, alice):
+    """SIGKILL a process in the middle of a keyed create: its transaction
+    (the key's row and lock, the uncommitted plant) ends with its connection,
+    and a retry with the key runs at once as the first, creating the plant
+    once; the retry's answer is then replayed."""
+    plant = {"id": 5, "name": "fern"}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, database_url, alice, "k", json.dumps(plant)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            said = pool.submit(holder.stdout.readline).result(timeout=60)
+        assert said.startswith("holding"), (said, holder.poll(), holder.stderr.read())
+        backend = int(said.split()[1])
+        if POSTGRES_URL:  # on SQLite this request would wait for the write lock
+            assert_error(_post_within(app, alice, "k", plant), 409)
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert holder.returncode == -signal.SIGKILL
+    if POSTGRES_URL:
+        wait_until(lambda: not _backend_alive(app, backend),
+                   message="PostgreSQL to see the killed holder's connection gone")
+    retried = client.post("/plants", headers=keyed(alice, "k"), json=plant)
+    assert retried.status_code == 200, retried.data
+    assert "Idempotent-Replayed" not in retried.headers
+    again = client.post("/plants", headers=keyed(alice, "k"), json=plant)
+    assert (again.status_code, again.data) == (200, retried.data)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert _plants(app) == [(5,)]
+
+
+# --- the database's clock ------------------------------------------------------
+
+@postgres_clock_only
+def test_key_expiry_is_the_databases_time_not_the_process_clock(app, client, alice,
+                                                                 monkeypatch):
+    """A process whose clock runs two days ahead (past the 24 h time to live)
+    stores a key good for 24 h by the database's clock, replays it, and its
+    purge deletes nothing."""
+    skew_process_clock(monkeypatch, datetime.timedelta(days=2))
+    plant = {"id": 1, "name": "x"}
+    first = client.post("/plants", headers=keyed(alice, "k"), json=plant)
+    with app.app_context():
+        [(ttl_left,)] = db.database.execute_sql(
+            "SELECT extract(epoch FROM expires_at - (now() AT TIME ZONE 'UTC')) "
+            "FROM idempotency_key").fetchall()
+        assert 24 * 3600 - 60 < ttl_left <= 24 * 3600
+        assert purge_expired_keys() == 0
+    again = client.post("/plants", headers=keyed(alice, "k"), json=plant)
+    assert (again.status_code, again.data) == (200, first.data)
+    assert again.headers["Idempotent-Replayed"] == "true"
 
 
 @pytest.mark.slow

@@ -1,0 +1,22 @@
+"""Idempotency keys are held by the transaction of their request: the
+``locked_until`` column of ``idempotency_key`` goes.
+
+A request's claim on a key is its row, inserted in the request's own
+transaction (and on PostgreSQL a transaction-level advisory lock), which
+the database releases when that transaction ends or its connection drops;
+a time in a column outlived a killed process. Rows left unanswered by a
+request that held a key that way are taken over by the key's next use.
+"""
+from peewee import DateTimeField
+from playhouse.migrate import migrate
+
+TABLE = "idempotency_key"
+COLUMN = "locked_until"
+
+
+def up(migrator, db):
+    migrate(migrator.drop_column(TABLE, COLUMN))
+
+
+def down(migrator, db):
+    migrate(migrator.add_column(TABLE, COLUMN, DateTimeField(null=True)))
