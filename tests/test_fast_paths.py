@@ -199,7 +199,6 @@ def test_a_failed_sqlite_transaction_ends_its_turn(sqlite_file):
     def write_next():
         with sqlite_file.connection_context(), sqlite_file.atomic():
             sqlite_file.execute_sql("INSERT INTO t VALUES (2)")
-    sqlite_file._wait_seconds = 1
     assert in_thread(write_next) is None
     assert sqlite_file.execute_sql("SELECT id FROM t").fetchall() == [(2,)]
 
