@@ -2,7 +2,10 @@
 
 A token is ``<prefix><43 url-safe characters>`` (256 bits of entropy). Only
 its SHA-256 digest is stored; a request's token is hashed, found by digest
-and the digests compared in constant time.
+and the digests compared in constant time. Expiry and revocation times are
+the database's (``clock``): set by it, and compared with its now in the
+statement that finds the token, so hosts whose clocks disagree agree on
+which tokens are valid.
 """
 import datetime
 import functools
@@ -13,9 +16,10 @@ from dataclasses import dataclass
 
 from flask import g, request
 
-from .db import Statement
+from . import clock
+from .db import Statement, is_sqlite
 from .errors import error_response
-from .models import Token, User, utcnow
+from .models import Token, User
 
 READ, WRITE = "plants:read", "plants:write"
 WEBHOOKS_READ, WEBHOOKS_WRITE = "webhooks:read", "webhooks:write"
@@ -44,40 +48,46 @@ def issue_token(user, scopes=ALL_SCOPES, expires_in_days=None, prefix="pst_"):
     secret = prefix + secrets.token_urlsafe(32)
     expires_at = None
     if expires_in_days is not None:
-        expires_at = utcnow() + datetime.timedelta(days=expires_in_days)
+        expires_at = clock.after(expires_in_days * 86400)
     row = Token.create(user=user, digest=digest(secret), hint=secret[:len(prefix) + 4],
                        scopes=" ".join(sorted(scopes)), expires_at=expires_at)
+    if expires_at is not None:  # computed by the database: read what it stored
+        row.expires_at = Token.select(Token.expires_at).where(Token.id == row.id).scalar()
     return row, secret
 
 
 def revoke_token(token_id):
     """Revoke a token by id; returns False when no live token has that id."""
-    return bool(Token.update(revoked_at=utcnow())
+    return bool(Token.update(revoked_at=clock.now())
                 .where(Token.id == token_id, Token.revoked_at.is_null())
                 .execute())
 
 
+def _valid_token(wanted, now):
+    """The lookup of a token by digest, if it is not revoked nor expired at ``now``."""
+    return (Token.select(Token.digest, Token.scopes, User.id, User.is_admin).join(User)
+            .where(Token.digest == wanted, Token.revoked_at.is_null(),
+                   Token.expires_at.is_null() | (Token.expires_at > now)))
+
+
 # Every authenticated request runs this lookup: compiled once (see Statement).
-_TOKEN_BY_DIGEST = Statement(
-    lambda wanted: Token.select(Token.digest, Token.scopes, Token.expires_at,
-                                Token.revoked_at, User.id, User.is_admin)
-    .join(User).where(Token.digest == wanted),
-    "digest")
-_parse_expiry = Token.expires_at.python_value
+# PostgreSQL compares with its own now(), in the statement; SQLite (one host)
+# with the process's clock, passed in as a value.
+_VALID_TOKEN = Statement(lambda wanted: _valid_token(wanted, clock.now()), "digest")
+_VALID_TOKEN_AT = Statement(_valid_token, "digest", datetime.datetime(2000, 1, 1))
 
 
 def find_caller(secret):
     """The Caller a presented token stands for, or None if it is not valid now."""
     wanted = digest(secret)
-    rows = _TOKEN_BY_DIGEST.rows(wanted)
+    if is_sqlite():
+        rows = _VALID_TOKEN_AT.rows(wanted, clock.now())
+    else:
+        rows = _VALID_TOKEN.rows(wanted)
     if not rows:
         return None
-    stored, scopes, expires_at, revoked_at, user_id, is_admin = rows[0]
-    if not hmac.compare_digest(stored, wanted) or revoked_at is not None:
-        return None
-    # SQLite hands timestamps back as text; the field reads them as peewee would.
-    expires_at = _parse_expiry(expires_at)
-    if expires_at is not None and expires_at <= utcnow():
+    stored, scopes, user_id, is_admin = rows[0]
+    if not hmac.compare_digest(stored, wanted):
         return None
     return Caller(user_id, bool(is_admin), frozenset(scopes.split()))
 

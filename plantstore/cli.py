@@ -14,11 +14,11 @@ from flask import current_app
 from flask.cli import AppGroup, ScriptInfo
 from peewee import DatabaseError, IntegrityError
 
-from . import db
+from . import clock, db
 from .auth import ALL_SCOPES, issue_token, revoke_token
 from .cli_params import ROW_ID, USER_NAME
 from .logs import configure_process_logging
-from .models import Token, User, utcnow
+from .models import Token, User
 from .settings import SettingError
 from .webhooks.cli import webhooks_cli
 from .webhooks.delivery_cli import deliveries_cli, worker_cli
@@ -122,14 +122,15 @@ def tokens_create(name, expires_in, scopes):
 @click.argument("name", type=USER_NAME, required=False)
 def tokens_list(name):
     """List tokens (of user NAME, or of everybody): id, user, hint, state."""
-    query = Token.select(Token, User).join(User).order_by(Token.id)
+    # Expired by the database's clock, as requests are judged (see auth.py).
+    query = (Token.select(Token, User, (Token.expires_at <= clock.now()).alias("expired"))
+             .join(User).order_by(Token.id))
     if name:
         query = query.where(Token.user == _find_user(name))
-    now = utcnow()
     for token in query:
         if token.revoked_at:
             state = f"revoked {token.revoked_at:%Y-%m-%d}"
-        elif token.expires_at and token.expires_at <= now:
+        elif token.expired:
             state = f"expired {token.expires_at:%Y-%m-%d}"
         elif token.expires_at:
             state = f"expires {token.expires_at:%Y-%m-%d}"

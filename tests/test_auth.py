@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from helpers import assert_error, bearer
+from helpers import POSTGRES_URL, assert_error, bearer, skew_process_clock
 from plantstore import db
-from plantstore.auth import READ, WRITE, revoke_token
+from plantstore.auth import READ, WRITE, issue_token, revoke_token
 from plantstore.models import Token, utcnow
 
 CHALLENGE = 'Bearer realm="plantstore"'
@@ -169,3 +169,84 @@ def test_documents_and_probes_need_no_token(client, path):
     assert client.get(path).status_code == 200
     garbage = client.get(path, headers={"Authorization": "Bearer not-a-token"})
     assert garbage.status_code == 200
+
+
+# --- the database's clock: hosts whose clocks disagree judge tokens alike -------
+
+postgres_clock_only = pytest.mark.skipif(
+    not POSTGRES_URL, reason="SQLite serves one host: its clock is the process's")
+
+
+def _set_expiry(secret, seconds_from_database_now):
+    """Store a token's expiry relative to the database's clock, in SQL."""
+    db.database.execute_sql(
+        "UPDATE token SET expires_at = (now() AT TIME ZONE 'UTC') + %s * interval '1 second' "
+        "WHERE digest = %s", (seconds_from_database_now, token_of(secret).digest))
+
+
+def _seconds_from_database_now(column, secret):
+    [(seconds,)] = db.database.execute_sql(
+        f"SELECT extract(epoch FROM {column} - (now() AT TIME ZONE 'UTC')) FROM token "
+        "WHERE digest = %s", (token_of(secret).digest,)).fetchall()
+    return seconds
+
+
+@postgres_clock_only
+@pytest.mark.parametrize("process_clock_off_by, expires_in, valid", [
+    pytest.param(timedelta(hours=1), 600, True, id="process ahead, token good 10 minutes"),
+    pytest.param(-timedelta(hours=1), -600, False, id="process behind, token expired"),
+])
+def test_token_expiry_is_judged_by_the_databases_clock(
+        client, make_token, monkeypatch, process_clock_off_by, expires_in, valid):
+    secret = make_token("alice", expires_in_days=1)
+    _set_expiry(secret, expires_in)
+    skew_process_clock(monkeypatch, process_clock_off_by)
+    response = client.get("/plants", headers=bearer(secret))
+    if valid:
+        assert response.status_code == 200, response.data
+    else:
+        assert_error(response, 401)
+        assert response.headers["WWW-Authenticate"] == INVALID_TOKEN_CHALLENGE
+
+
+@postgres_clock_only
+def test_token_expiry_and_revocation_times_are_set_by_the_database(
+        make_token, monkeypatch):
+    skew_process_clock(monkeypatch, timedelta(days=3))
+    secret = make_token("alice", expires_in_days=1)
+    assert 86400 - 60 < _seconds_from_database_now("expires_at", secret) <= 86400
+    assert token_of(secret).expires_at is not None
+    assert revoke_token(token_of(secret).id)
+    assert -60 < _seconds_from_database_now("revoked_at", secret) <= 0
+
+
+@pytest.fixture
+def cli_output(app, runner):
+    """Run a ``plantstore`` command in-process; its stdout (it must succeed)."""
+    def run(*args):
+        with app.app_context():
+            result = runner.invoke(args=list(args))
+        assert result.exit_code == 0, result.output
+        return result.stdout
+    return run
+
+
+@postgres_clock_only
+def test_tokens_list_says_expired_by_the_databases_clock(cli_output, make_token, monkeypatch):
+    good = make_token("alice", expires_in_days=1)
+    expired = make_token("alice", expires_in_days=1)
+    _set_expiry(good, 600)
+    _set_expiry(expired, -600)
+    skew_process_clock(monkeypatch, timedelta(hours=1))
+    listing = cli_output("tokens", "list", "alice").splitlines()
+    states = {line.split("\t")[2]: line.split("\t")[4] for line in listing}
+    assert states[token_of(good).hint + "..."].startswith("expires ")
+    assert states[token_of(expired).hint + "..."].startswith("expired ")
+
+
+def test_a_token_issued_with_an_expiry_is_returned_with_the_time_stored(app, alice):
+    with app.app_context(), db.database.atomic():
+        row, secret = issue_token(token_of(alice).user, expires_in_days=2)
+    assert row.expires_at == token_of(secret).expires_at
+    left = row.expires_at - utcnow()
+    assert timedelta(days=2) - timedelta(minutes=1) < left <= timedelta(days=2)
