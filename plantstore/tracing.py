@@ -15,11 +15,11 @@ app's requests; ``shutdown`` flushes what is left, within ``FLUSH_SECONDS``.
 
 What is traced: every request is a SERVER span (the Flask instrumentation,
 continuing an incoming W3C ``traceparent``); each database statement run
-inside a traced operation is a CLIENT span (the psycopg2 and sqlite3
+inside a request is a CLIENT span (the psycopg2 and sqlite3
 instrumentations); each webhook attempt is a CLIENT span
 (``attempt_span``); a worker's claim is an INTERNAL span linked to the
-creates it claimed (``claim_span``). Statements run outside any traced
-operation (housekeeping, outcome batches, the commands) are not traced.
+creates it claimed (``claim_span``). Statements run outside any span (a
+worker's claims, outcome batches, housekeeping, the commands) are not traced.
 
 Hooks for the webhook queue, all cheap no-ops while tracing is off:
 ``current_traceparent`` (to store with a delivery), ``capture_context`` and
@@ -245,7 +245,7 @@ class _InsideOperations(trace.TracerProvider):
     """A tracer provider whose tracers record a span only inside another one.
 
     Given to the database instrumentations: a statement is traced as part of
-    a request, a claim or an attempt, never on its own (the outcome writer's
+    a request, never on its own (a worker's claims, the outcome writer's
     batches, housekeeping, the commands would each make a trace of one span).
     """
 
