@@ -84,6 +84,7 @@ class Worker:
         ``until_idle``, until nothing is due and nothing is under way)."""
         while not self.stopping.is_set():
             free = self.slots.room().free
+            busy = self.slots.held() or self.writer.unwritten()
             jobs = self._claim(free, due_by) if free else []
             self._start(jobs)
             if free and len(jobs) == free:
@@ -93,9 +94,11 @@ class Worker:
                 self.slots.wait_for_release(WAKE_SECONDS)
             elif jobs:
                 continue  # they ended already: look again
-            elif self.writer.unwritten():
+            elif busy or self.writer.unwritten():
                 # Their rows are leased until written; once they are, what
-                # the claim skipped (a receiver at its cap) can be claimed.
+                # the claim skipped (a receiver at its cap, an open breaker
+                # a success closed) can be claimed, even when they ended
+                # and were written while the claim ran.
                 self.writer.flush(self.settings.send_bound + FINISH_MARGIN_SECONDS)
             elif until_idle:
                 return
