@@ -94,8 +94,8 @@ class CountedStore:
         wait_until(settled, timeout=60, message="the counted requests' work to settle")
         counts = self.cluster.counts(self.database)
         total = sum(count.calls for count in counts)
-        breakdown = "\n".join(f"{count.calls / REQUESTS:6.2f}/request  {count.query}"
-                              for count in counts)
+        breakdown = "\n".join(f"{count.calls:6d} calls {count.calls / REQUESTS:6.2f}/request  "
+                              f"{count.query}" for count in counts)
         per_request = total / REQUESTS
         report = f"{per_request:.2f} statements per request:\n{breakdown}"
         print(report)
