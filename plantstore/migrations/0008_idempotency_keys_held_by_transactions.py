@@ -4,8 +4,9 @@
 A request's claim on a key is its row, inserted in the request's own
 transaction (and on PostgreSQL a transaction-level advisory lock), which
 the database releases when that transaction ends or its connection drops;
-a time in a column outlived a killed process. Rows left unanswered by a
-request that held a key that way are taken over by the key's next use.
+a time in a column outlived a killed process. A row that such a time left
+without an answer (its request died) is taken over by the key's next use,
+like an expired one.
 """
 from peewee import DateTimeField
 from playhouse.migrate import migrate
