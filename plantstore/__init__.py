@@ -15,6 +15,8 @@ from .ratelimit import init_rate_limits
 from .request_body import Request
 from .request_ids import init_request_ids
 from .tracing import init_app as init_tracing
+from .webhooks import backlog as webhook_backlog
+from .webhooks import gauges as webhook_gauges
 from .webhooks.config import init_app as init_webhooks
 from .webhooks.routes import blp as webhooks_blp
 
@@ -37,6 +39,8 @@ def create_app(config=None):
     init_webhooks(app)
     init_request_ids(app)
     init_metrics(app)
+    webhook_gauges.init_app(app)
+    webhook_backlog.init_app(app)
     register_error_handlers(app)
 
     api = Api(app, spec_kwargs=spec_kwargs(app))

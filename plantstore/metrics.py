@@ -11,30 +11,29 @@
   ``breaker open``, or ``busy`` (its cap on attempts under way was reached).
 - ``plantstore_rate_limit_storage_failures_total``: requests served without
   a rate limit because its storage (Redis) could not be reached.
-- ``plantstore_outbox_pending_deliveries``: deliveries not yet delivered nor
-  given up, counted in the database when scraped.
-- ``plantstore_webhook_breaker_open{subscription}`` (1 open, 0 closed) and
-  ``plantstore_webhook_failure_streak{subscription}``: each active
-  subscription's circuit breaker, read from the database when scraped.
+- Gauges read from the database when scraped, registered by the parts that
+  own what they measure (``add_scrape_collector``): the webhook backlog and
+  circuit breakers (``webhooks/gauges.py``).
 
 Under gunicorn every worker writes its counts into ``PROMETHEUS_MULTIPROC_DIR``
 (set up by ``config/gunicorn.conf.py``) and a scrape adds them all up, so the
 totals are right whichever worker answers. Without that variable (a single
-process, tests) the counts live in the process.
+process, tests) the counts live in the process. Gauges read from the
+database at scrape time are global already: each scrape reads them once.
 """
-import logging
 import os
 import time
 
 from flask import Blueprint, current_app, has_request_context, request
-from prometheus_client import (CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry,
-                               Counter, Histogram, generate_latest)
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.multiprocess import MultiProcessCollector
-
-from .models import Delivery, Subscription
-
-log = logging.getLogger(__name__)
 
 UNMATCHED_ROUTE = "<unmatched>"
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -64,10 +63,7 @@ WEBHOOK_DISABLED = Counter("plantstore_webhook_subscriptions_disabled",
                            "(gone: the receiver answered 410; failing: no success "
                            "for PLANTSTORE_WEBHOOK_DISABLE_AFTER_HOURS).", ["reason"])
 
-# labels() takes a lock and builds a key on every call; the children are
-# looked up here instead, once per label combination and process.
-_request_counters = {}
-_latency_histograms = {}
+SCRAPE_COLLECTORS_KEY = "plantstore.metrics.scrape_collectors"
 
 blp = Blueprint("metrics", __name__)
 
@@ -90,68 +86,22 @@ def count_disabled(reason):
 
 def _observe(route, method, status, seconds):
     """Count one answered request and record its latency."""
-    counter = _request_counters.get((route, method, status))
-    if counter is None:
-        counter = _request_counters.setdefault(
-            (route, method, status), REQUESTS.labels(route, method, status))
-    counter.inc()
-    histogram = _latency_histograms.get((route, method))
-    if histogram is None:
-        histogram = _latency_histograms.setdefault(
-            (route, method), LATENCY.labels(route, method))
-    histogram.observe(seconds)
+    REQUESTS.labels(route, method, status).inc()
+    LATENCY.labels(route, method).observe(seconds)
 
 
-class OutboxBacklogCollector:
-    """The number of pending deliveries and of disabled webhook subscriptions,
-    read from the database at scrape time."""
-
-    def collect(self):
-        try:
-            pending = Delivery.select().where(Delivery.status == Delivery.PENDING).count()
-            disabled = Subscription.select().where(
-                Subscription.is_active == False).count()  # noqa: E712
-        except Exception:  # an unreachable database must not break the scrape
-            log.warning("could not count pending webhook deliveries", exc_info=True)
-            return
-        yield GaugeMetricFamily("plantstore_outbox_pending_deliveries",
-                                "Webhook deliveries waiting to be delivered.",
-                                value=pending)
-        yield GaugeMetricFamily("plantstore_webhook_subscriptions_inactive",
-                                "Webhook subscriptions disabled now (by a 410 or by "
-                                "sustained failure).", value=disabled)
+def add_scrape_collector(app, collector):
+    """Have ``app``'s ``/metrics`` collect ``collector`` (a prometheus_client
+    collector) at every scrape: for gauges read when scraped, such as counts
+    in the database, which are the same whichever process answers."""
+    app.extensions.setdefault(SCRAPE_COLLECTORS_KEY, []).append(collector)
 
 
-class BreakerCollector:
-    """Each active subscription's circuit breaker, read from the database at scrape time."""
-
-    def collect(self):
-        try:
-            rows = list(Subscription.select(
-                Subscription.id, Subscription.failure_streak, Subscription.breaker_opened_at)
-                .where(Subscription.is_active == True).tuples())  # noqa: E712
-        except Exception:  # an unreachable database must not break the scrape
-            log.warning("could not read the webhook circuit breakers", exc_info=True)
-            return
-        is_open = GaugeMetricFamily(
-            "plantstore_webhook_breaker_open",
-            "1 while the subscription's circuit breaker is open, else 0.",
-            labels=["subscription"])
-        streak = GaugeMetricFamily(
-            "plantstore_webhook_failure_streak",
-            "Failed webhook attempts in a row, by subscription.", labels=["subscription"])
-        for subscription_id, failures, opened_at in rows:
-            is_open.add_metric([str(subscription_id)], 0 if opened_at is None else 1)
-            streak.add_metric([str(subscription_id)], failures)
-        yield is_open
-        yield streak
-
-
-def exposition():
-    """Every metric in the Prometheus text format, summed over processes."""
+def exposition(app):
+    """Every metric of ``app`` in the Prometheus text format, summed over processes."""
     scrape_time = CollectorRegistry()
-    scrape_time.register(OutboxBacklogCollector())
-    scrape_time.register(BreakerCollector())
+    for collector in app.extensions.get(SCRAPE_COLLECTORS_KEY, ()):
+        scrape_time.register(collector)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         MultiProcessCollector(scrape_time)
         return generate_latest(scrape_time)
@@ -161,7 +111,7 @@ def exposition():
 @blp.get("/metrics")
 def metrics():
     """The Prometheus scrape endpoint."""
-    return current_app.response_class(exposition(), mimetype=None,
+    return current_app.response_class(exposition(current_app), mimetype=None,
                                       content_type=CONTENT_TYPE_LATEST)
 
 

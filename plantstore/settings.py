@@ -223,6 +223,10 @@ SETTINGS = (
     Setting("WEBHOOK_RETENTION_DAYS", 30, integer(1, 3650),
             "Days delivered and failed webhook deliveries (with their attempts) are "
             "kept; the worker deletes older ones. Pending ones are never deleted."),
+    Setting("WEBHOOK_BACKLOG_WARN_SECONDS", 300.0, number(0, 7 * DAY, above_minimum=True),
+            "Seconds the oldest due webhook delivery may wait for a worker before a web "
+            "process that leaves deliveries to the workers warns in its log (at most "
+            "once a minute): no worker is running, or none keeps up."),
     Setting("WORKER_POLL_INTERVAL", 1.0, number(0, HOUR, above_minimum=True),
             "Seconds a webhook worker sleeps between polls when nothing is due."),
     Setting("WORKER_BATCH_SIZE", 50, integer(1, 1000),

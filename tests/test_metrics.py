@@ -1,5 +1,6 @@
 """/metrics: Prometheus text, requests by route template/method/status,
-latency, webhook outcomes and outbox backlog, summed across gunicorn workers."""
+latency, webhook outcomes and the outbox backlog (its size and the oldest
+due delivery's age), summed across gunicorn workers."""
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -9,7 +10,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import bearer, plantstore_env, run_plantstore, wait_until
-from plantstore import create_app, db
+from plantstore import clock, create_app, db
 from plantstore.models import Delivery, Subscription
 
 
@@ -93,6 +94,22 @@ def test_outbox_backlog_counts_pending_deliveries_at_scrape_time(app, client):
     assert sample(scrape(client), "plantstore_outbox_pending_deliveries") == 0
 
 
+def test_the_oldest_due_deliverys_age_is_read_at_scrape_time(app, client):
+    with app.app_context(), db.database.atomic():
+        subscription = Subscription.create(url="http://127.0.0.1:9/hook", secret="whsec_x")
+        for number, (due_for, lease_left) in enumerate([(90, None), (5000, 60), (-60, None)]):
+            Delivery.create(subscription=subscription, message_id=f"msg_{number}",
+                            event_type="plant.created", payload="{}",
+                            next_attempt_at=clock.before(due_for),
+                            locked_until=None if lease_left is None
+                            else clock.after(lease_left))
+    # The leased one and the one not yet due do not count.
+    assert 90 <= sample(scrape(client), "plantstore_outbox_oldest_due_age_seconds") < 90 + 60
+    with app.app_context(), db.database.atomic():
+        Delivery.update(status=Delivery.DELIVERED).where(Delivery.message_id == "msg_0").execute()
+    assert sample(scrape(client), "plantstore_outbox_oldest_due_age_seconds") == 0
+
+
 def answering_pids(server, path):
     """The pids of the gunicorn workers whose access lines show ``path``."""
     entries = [json.loads(line) for line in server.output().splitlines()
@@ -169,10 +186,13 @@ def test_deliveries_by_the_webhook_worker_count_in_the_web_scrape(
     assert added.exit_code == 0, added.output
     with app.app_context(), db.database.atomic():
         Delivery.create(subscription=Subscription.get(), message_id="msg_worker",
-                        event_type="plant.created", payload='{"id": 1, "name": "fern"}')
+                        event_type="plant.created", payload='{"id": 1, "name": "fern"}',
+                        next_attempt_at=clock.before(120))
     server = gunicorn_server(workers=2, env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)})
-    before = requests.get(server.url + "/metrics", timeout=10).text
-    assert sample(before, "plantstore_outbox_pending_deliveries") == 1
+    before = [requests.get(server.url + "/metrics", timeout=10).text for _ in range(4)]
+    for text in before:  # whichever worker answers
+        assert sample(text, "plantstore_outbox_pending_deliveries") == 1
+        assert 120 <= sample(text, "plantstore_outbox_oldest_due_age_seconds") < 120 + 60
     worker = run_plantstore(
         "worker", "--once", cwd=None,
         env={**os.environ, **plantstore_env(database_url),
@@ -181,6 +201,7 @@ def test_deliveries_by_the_webhook_worker_count_in_the_web_scrape(
     after = requests.get(server.url + "/metrics", timeout=10).text
     assert sample(after, "plantstore_webhook_deliveries_total", outcome="delivered") == 1
     assert sample(after, "plantstore_outbox_pending_deliveries") == 0
+    assert sample(after, "plantstore_outbox_oldest_due_age_seconds") == 0
 
 
 def test_metrics_still_answer_when_the_database_is_down(tmp_path):
@@ -191,3 +212,4 @@ def test_metrics_still_answer_when_the_database_is_down(tmp_path):
     text = response.get_data(as_text=True)
     assert "plantstore_http_requests_total" in text
     assert "plantstore_outbox_pending_deliveries" not in text
+    assert "plantstore_outbox_oldest_due_age_seconds" not in text

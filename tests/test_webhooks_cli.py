@@ -6,6 +6,7 @@ import json
 import pytest
 
 from helpers import assert_error, create_plant, plantstore_env, run_plantstore
+from plantstore import clock, db
 from plantstore.models import Attempt, Delivery, Subscription, utcnow
 from plantstore.webhooks import secrets
 from plantstore.webhooks.receivers import BEARER_MAX_LENGTH, URL_MAX_LENGTH
@@ -229,6 +230,33 @@ def test_deliveries_list_shows_every_delivery_newest_first_and_filters_by_status
         assert [line.split("\t")[0] for line in filtered.stdout.splitlines()] == [expected]
     assert invoke(runner, "deliveries", "list", "--status", "lost").exit_code == 2
     assert len(invoke(runner, "deliveries", "list", "--limit", "2").stdout.splitlines()) == 2
+
+
+def test_deliveries_summary_counts_each_state_and_the_oldest_due_age(app, runner):
+    with app.app_context(), db.database.atomic():
+        subscription = Subscription.create(url="http://127.0.0.1:9/hook", secret="whsec_x")
+        for number, (status, due_for) in enumerate([
+                (Delivery.PENDING, 90), (Delivery.PENDING, -600), (Delivery.DELIVERED, 9000),
+                (Delivery.FAILED, 9000), (Delivery.FAILED, 9000)]):
+            Delivery.create(subscription=subscription, message_id=f"msg_{number}",
+                            event_type="plant.created", payload="{}", status=status,
+                            next_attempt_at=clock.before(due_for))
+
+    result = invoke(runner, "deliveries", "summary")
+
+    assert result.exit_code == 0, result.output
+    lines = [line.split("\t") for line in result.stdout.splitlines()]
+    assert lines[:3] == [["pending", "2"], ["delivered", "1"], ["failed", "2"]]
+    label, age = lines[3]
+    assert label == "oldest due age" and age.endswith(" s")
+    assert 90 <= int(age.removesuffix(" s")) < 90 + 60
+
+
+def test_deliveries_summary_says_when_nothing_is_due(runner):
+    result = invoke(runner, "deliveries", "summary")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "pending\t0", "delivered\t0", "failed\t0", "oldest due age\t0 s (none due)"]
 
 
 def test_deliveries_show_lists_every_attempt_with_time_status_and_duration(

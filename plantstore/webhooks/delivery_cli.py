@@ -1,5 +1,5 @@
 """Operators' commands for deliveries and the worker: ``plantstore
-deliveries`` (inspect, re-send, recover, purge) and ``plantstore worker``.
+deliveries`` (inspect, sum up, re-send, recover, purge) and ``plantstore worker``.
 
 Output meant for scripts goes to stdout; failures are explained on stderr
 with a non-zero exit. Every command runs inside the app's context.
@@ -10,12 +10,13 @@ import click
 from flask import current_app
 from flask.cli import AppGroup, with_appcontext
 from marshmallow import ValidationError
+from peewee import fn
 
 from .. import tracing
 from ..cli_params import LIST_LIMIT, ROW_ID
 from ..fields import UtcTimestamp
 from ..models import Attempt, Delivery
-from . import queue
+from . import backlog, queue
 from .cli import find_delivery, find_subscription, send_now, when
 from .config import settings_of
 from .worker import Worker
@@ -60,6 +61,18 @@ def deliveries_list(status, limit):
             detail = f"last error: {delivery.last_error or '-'}"
         click.echo(f"{delivery.id}\t{delivery.status}\t{delivery.subscription_id}\t"
                    f"{delivery.message_id}\t{delivery.attempts}\t{detail}")
+
+
+@deliveries_cli.command("summary")
+def deliveries_summary():
+    """Count deliveries by state, and say how long the oldest due one (pending,
+    due, held by no sender) has waited for a worker, by the database's clock."""
+    counts = dict(Delivery.select(Delivery.status, fn.COUNT(Delivery.id))
+                  .group_by(Delivery.status).tuples())
+    for status in (Delivery.PENDING, Delivery.DELIVERED, Delivery.FAILED):
+        click.echo(f"{status}\t{counts.get(status, 0)}")
+    age = backlog.oldest_due_age()
+    click.echo(f"oldest due age\t{age:.0f} s" + ("" if age else " (none due)"))
 
 
 @deliveries_cli.command("show")
