@@ -5,9 +5,9 @@ Tracing is on in a process when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
 is true or ``OTEL_TRACES_EXPORTER`` is ``none``. Everything else is the
 OpenTelemetry SDK's to read, as the specification says: the service name
 and resource, the sampler, the batch processor's ``OTEL_BSP_*``, the
-exporter's headers, timeout and compression. With tracing off nothing of
-the SDK is imported, no thread is started, and the hooks below cost a
-function call.
+exporter's headers, timeout and compression. With tracing off neither the
+SDK's tracing, the exporter nor the instrumentations are imported, no
+thread is started, and the hooks below cost a function call.
 
 ``start`` sets the SDK up in this process (a gunicorn worker after its fork,
 ``plantstore worker``, any ``plantstore`` command); ``init_app`` traces an
