@@ -17,7 +17,7 @@ import datetime
 
 from peewee import SQL
 
-from .db import is_sqlite
+from .db import database, is_sqlite
 
 POSTGRES_NOW = "(now() AT TIME ZONE 'UTC')"
 """The database's current time in SQL, as stored: naive UTC."""
@@ -41,6 +41,14 @@ def after(seconds):
     if is_sqlite():
         return local_now() + datetime.timedelta(seconds=seconds)
     return SQL(f"({POSTGRES_NOW} + %s * interval '1 second')", [float(seconds)])
+
+
+def read():
+    """The database's current time, read as a value (naive UTC): for a
+    horizon passed back to later statements. On PostgreSQL one round trip."""
+    if is_sqlite():
+        return local_now()
+    return database.execute_sql(f"SELECT {POSTGRES_NOW}").fetchone()[0]
 
 
 def before(seconds):

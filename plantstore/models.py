@@ -135,6 +135,9 @@ class IdempotencyKey(BaseModel):
 
     The row is inserted, and its answer stored, in the transaction of the
     effect (see ``plantstore.idempotency``): a committed row has its answer.
+    The table's ``locked_until`` column is no longer read or written; it is
+    kept so that hosts still running the release before stay correct during
+    a rolling upgrade, and a later release's migration drops it.
     """
     id = AutoField()
     user = ForeignKeyField(User, on_delete="CASCADE")

@@ -199,7 +199,7 @@ SETTINGS = (
             "past it, new deliveries are left to the workers."),
     Setting("WEBHOOK_SENDS_PER_RECEIVER", 16, integer(1, 256),
             "Most attempts at one receiver one process (web or worker) makes at once "
-            "(a worker claims as many again to wait for a slot)."),
+            "(never more than the process's own cap)."),
     Setting("WEBHOOK_BREAKER_THRESHOLD", 5, integer(1, 1000),
             "Failures in a row (no answer in time, connection failed, or a 5xx) that "
             "open a receiver's circuit breaker."),
@@ -230,10 +230,10 @@ SETTINGS = (
     Setting("WORKER_POLL_INTERVAL", 1.0, number(0, HOUR, above_minimum=True),
             "Seconds a webhook worker sleeps between polls when nothing is due."),
     Setting("WORKER_BATCH_SIZE", 50, integer(1, 1000),
-            "Most deliveries one webhook worker claims in one transaction."),
+            "Most deliveries one webhook worker claims in one statement."),
     Setting("WORKER_THREADS", 32, integer(1, 256),
-            "Attempts one webhook worker makes at once (it claims as many again to "
-            "wait for a slot)."),
+            "Attempts one webhook worker makes at once, shared fairly between "
+            "receivers and their owners."),
     Setting("RATE_LIMIT", "", rate_limits,
             "Requests one caller (a token's user; a client address without a valid "
             "token) may make to the API, in Flask-Limiter's notation; empty: no limit."),

@@ -16,7 +16,7 @@ import threading
 import time
 
 from .. import clock
-from ..db import DATABASE_FAILURES, database, is_sqlite
+from ..db import DATABASE_FAILURES, database
 from ..models import Delivery
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ def oldest_due_age():
     """Seconds the oldest due delivery has waited, by the database's clock;
     0.0 when none is due. One indexed read (``delivery_due``)."""
     with database.atomic():  # one transaction: one now() on PostgreSQL
-        now = _database_now()
+        now = clock.read()
         oldest = (Delivery.select(Delivery.next_attempt_at)
                   .where(Delivery.status == Delivery.PENDING,
                          Delivery.next_attempt_at <= now,
@@ -38,14 +38,6 @@ def oldest_due_age():
     if oldest is None:
         return 0.0
     return max((now - oldest).total_seconds(), 0.0)
-
-
-def _database_now():
-    """The database's current time as a value (naive UTC); on SQLite, this
-    host's clock (see ``clock.py``)."""
-    if is_sqlite():
-        return clock.local_now()
-    return database.execute_sql(f"SELECT {clock.POSTGRES_NOW}").fetchone()[0]
 
 
 class BacklogWatch:

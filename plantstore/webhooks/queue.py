@@ -22,6 +22,7 @@ On PostgreSQL each operation is one statement (``queue_sql``); on SQLite
 (one host) the same operations are peewee queries in one transaction.
 """
 import collections
+import contextlib
 import dataclasses
 import logging
 import random
@@ -33,7 +34,7 @@ from peewee import fn
 from .. import clock, metrics
 from ..db import database, is_sqlite
 from ..models import Attempt, Delivery, Plant, Subscription
-from . import audience, breaker, queue_sql
+from . import audience, backlog, breaker, queue_sql
 from .secrets import signing_secrets
 
 log = logging.getLogger(__name__)
@@ -154,6 +155,7 @@ def store_plant(plant, event_type, payload, settings, traceparent=None):
     to_send = [job for job in jobs if not job.breaker_open]
     for _ in range(len(jobs) - len(to_send)):
         metrics.count_left_to_worker("breaker open")
+        backlog.note_left_to_workers()
     return to_send
 
 
@@ -356,7 +358,11 @@ def record(attempts, settings):
     subscription)."""
     decided = [(job, result, decide(job.attempts + 1, result, settings))
                for job, result in attempts]
-    with database.connection_context():
+    # All delivered: one statement. A failure may disable its subscription
+    # too, in the same transaction, so nobody sees the attempt without that.
+    failed = any(outcome.kind != DELIVERED for _, _, outcome in decided)
+    with database.connection_context(), (
+            database.atomic() if failed else contextlib.nullcontext()):
         written = (_write_postgresql if not is_sqlite() else _write_sqlite)(decided, settings)
         _disable_failing(decided, written, settings)
         missing = [job.delivery_id for job, _, _ in decided if job.delivery_id not in written]

@@ -13,7 +13,7 @@ import threading
 import time
 
 from .. import metrics
-from . import sender
+from . import backlog, sender
 from .outcome_writer import OutcomeWriter
 from .slots import Slots
 
@@ -64,6 +64,7 @@ class WebSender:
             if not started:
                 metrics.count_left_to_worker("busy")
                 self.writer.give_back(job)
+                backlog.note_left_to_workers()
 
     def _start(self, job, context):
         pool = self._pool_of_this_process()

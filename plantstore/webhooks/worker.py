@@ -18,7 +18,7 @@ import logging
 import threading
 
 from .. import clock, tracing
-from ..db import database, is_sqlite
+from ..db import database
 from ..maintenance import Maintenance
 from . import queue
 from .outcome_writer import OutcomeWriter
@@ -124,7 +124,7 @@ class Worker:
         """
         try:
             self.maintenance.run_if_due(force=True)
-            self._deliver(due_by=database_now(), until_idle=True)
+            self._deliver(due_by=clock.read(), until_idle=True)
         finally:
             self._finish()
         return self.tally
@@ -146,10 +146,3 @@ class Worker:
             self._finish()
         log.info("webhook worker stopped: %s", dict(self.tally) or "nothing delivered")
         return self.tally
-
-
-def database_now():
-    """The database's current time, as a value (the horizon of ``run_once``)."""
-    if is_sqlite():
-        return clock.local_now()
-    return database.execute_sql(f"SELECT {clock.POSTGRES_NOW}").fetchone()[0]
