@@ -89,6 +89,8 @@ def deliveries_show(delivery_id):
         f"status:       {delivery.status}",
         f"created:      {when(delivery.created_at)}",
     ]
+    if delivery.traceparent:  # version-traceid-spanid-flags
+        lines.append(f"trace id:     {delivery.traceparent.split('-')[1]}")
     if delivery.status == Delivery.PENDING:
         lines.append(f"next attempt: {when(delivery.next_attempt_at)}")
     if delivery.delivered_at:

@@ -117,7 +117,7 @@ _SQLITE_JOB_COLUMNS = (
     Subscription.breaker_opened_at.is_null(False))
 
 
-def _sqlite_jobs(delivery_ids, leased_at, settings):
+def _jobs_of(delivery_ids, leased_at, settings):
     rows = (Delivery.select(*_SQLITE_JOB_COLUMNS).join(Subscription)
             .where(Delivery.id.in_(delivery_ids)).order_by(Delivery.id).tuples())
     return [Job.from_row(row, leased_at, settings.lease_seconds) for row in rows]
@@ -151,7 +151,7 @@ def store_plant(plant, event_type, payload, settings, traceparent=None):
                                     lease_seconds=None if breaker.is_open(subscription)
                                     else settings.lease_seconds)
                    for subscription in audience.hearing_about(plant.owner_id)]
-            jobs = _sqlite_jobs(ids, leased_at, settings) if ids else []
+            jobs = _jobs_of(ids, leased_at, settings) if ids else []
     to_send = [job for job in jobs if not job.breaker_open]
     for _ in range(len(jobs) - len(to_send)):
         metrics.count_left_to_worker("breaker open")
@@ -209,7 +209,7 @@ def claim(limit, settings, receiver_room, owner_room, rooms=None, owner_rooms=No
         (Delivery.update(lease=Delivery.lease + 1,
                          locked_until=clock.after(settings.lease_seconds))
          .where(Delivery.id.in_(chosen)).execute())
-        return _sqlite_jobs(chosen, leased_at, settings)
+        return _jobs_of(chosen, leased_at, settings)
 
 
 _SQLITE_CANDIDATES = """
@@ -307,7 +307,7 @@ def take_for_resend(delivery_id, settings):
         if not taken:
             raise ResendRefused(f"delivery {delivery_id} is being sent right now; "
                                 "try again in a moment")
-        return _sqlite_jobs([delivery_id], leased_at, settings)[0]
+        return _jobs_of([delivery_id], leased_at, settings)[0]
 
 
 # --- outcomes ----------------------------------------------------------------
