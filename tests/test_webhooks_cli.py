@@ -277,6 +277,18 @@ def test_deliveries_show_lists_every_attempt_with_time_status_and_duration(
         assert duration.endswith(" ms")
 
 
+def test_deliveries_show_gives_the_trace_id_of_the_create_that_queued_it(runner, one_of_each):
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    (Delivery.update(traceparent=f"00-{trace_id}-00f067aa0ba902b7-01")
+     .where(Delivery.id == 2).execute())
+
+    traced = invoke(runner, "deliveries", "show", "2").stdout
+    untraced = invoke(runner, "deliveries", "show", "1").stdout
+
+    assert f"trace id:     {trace_id}" in traced.splitlines()
+    assert "trace id" not in untraced
+
+
 def test_deliveries_retry_resends_a_failed_delivery_now_with_the_same_webhook_id(
         runner, one_of_each):
     receiver = one_of_each
