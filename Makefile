@@ -6,7 +6,7 @@ PG_TEST_URL ?= postgresql://postgres@127.0.0.1:5432/test
 PLANTSTORE_DATABASE_URL ?= sqlite:///plantstore.db
 export PLANTSTORE_DATABASE_URL
 
-.PHONY: install install-test migrate run lint test test-fast test-slow test-sqlite test-postgres smoke smoke-nginx bench bench-ab docs clean
+.PHONY: install install-test migrate run lint test test-fast test-slow test-sqlite test-postgres test-fleet smoke smoke-nginx bench bench-ab docs clean
 
 $(BIN)/.installed: setup.py setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,16 @@ test-postgres: install-test
 	else \
 		echo "== PostgreSQL suite SKIPPED: nothing answers at $(PG_TEST_URL) (set PG_TEST_URL) =="; \
 	fi
+
+# The deployment on many hosts (2 web nodes behind nginx, 2 workers, one
+# PostgreSQL, directly and through PgBouncer, Redis), built on network
+# namespaces of this machine; needs root, Linux, PostgreSQL 15's binaries,
+# nginx, pgbouncer, redis-server, faketime. Not part of `make test`.
+# FLEET_ONLY picks scenarios (a pytest -k expression), e.g.
+# make test-fleet FLEET_ONLY=clock_skew. See docs/scaling.md.
+test-fleet: install-test
+	timeout --signal=INT --kill-after=30 600 $(BIN)/pytest -s -p no:cacheprovider \
+		scripts/fleet $(if $(FLEET_ONLY),-k "$(FLEET_ONLY)") $(PYTEST_ARGS)
 
 # curl smoke session against a throwaway gunicorn (and webhook receiver and
 # SQLite database); smoke-nginx puts a real nginx with config/nginx in front.
