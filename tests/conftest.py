@@ -21,7 +21,7 @@ from helpers import POSTGRES_URL  # noqa: E402
 from plantstore import create_app, db  # noqa: E402
 from plantstore.auth import ALL_SCOPES, issue_token  # noqa: E402
 from plantstore.models import User  # noqa: E402
-from plantstore.webhooks.config import dispatcher_of  # noqa: E402
+from plantstore.webhooks.config import web_sender_of  # noqa: E402
 
 pytest_plugins = ["plugins.servers", "plugins.webhooks", "plugins.pg_cluster", "plugins.otlp"]
 
@@ -82,7 +82,7 @@ def app(database_url, app_config):
     yield application
     # The attempts this test's creates started end (each by its deadline) and
     # their outcomes are written before the next test empties the tables.
-    dispatcher_of(application).finish()
+    web_sender_of(application).finish()
     db.database.close_all()
 
 
