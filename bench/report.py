@@ -56,13 +56,17 @@ def machine():
             f"{os.getloadavg()[0]:.1f} (the others' work shares the cores)")
 
 
-def render(results, names, seconds, rounds, command):
-    """The whole report as Markdown; ``command`` is how the bench was run."""
+def render(results, names, seconds, rounds, command, first_commit):
+    """The whole report as Markdown; ``command`` is how the bench was run,
+    ``first_commit`` what ``commit()`` said when it started."""
     now = datetime.datetime.now(datetime.timezone.utc)
+    last_commit = commit()
+    measured = (f"at commit {last_commit}" if last_commit == first_commit else
+                f"while the code changed: from commit {first_commit} to {last_commit}")
     lines = [
         "# plantstore performance",
         "",
-        f"Measured by `{command}` on {now:%Y-%m-%d %H:%M} UTC, at commit {_commit()}.",
+        f"Measured by `{command}` on {now:%Y-%m-%d %H:%M} UTC, {measured}.",
         "",
         f"Machine: {machine()}.",
         "",
@@ -107,8 +111,9 @@ def render(results, names, seconds, rounds, command):
     return "\n".join(lines) + "\n"
 
 
-def _commit():
-    """The commit measured, marked when the working tree differed from it."""
+def commit():
+    """The commit the service's code is at, marked when the working tree
+    differs from it."""
     def git(*args):
         return subprocess.run(["git", *args], cwd=servers.REPO, capture_output=True,
                               text=True).stdout.strip()

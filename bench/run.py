@@ -523,6 +523,16 @@ def main():
     whole = compare_yardsticks and not quick and len(workloads) == len(WORKLOADS) + 1
     output = Path(os.environ.get("BENCH_OUTPUT") or REPO / (
         "docs/performance.md" if whole else "bench/results/latest.md"))
+    first_commit = report.commit()
+
+    def write(results, names):
+        """Print the report of ``results`` and write it to ``output``."""
+        text = report.render(results, names, seconds, rounds, invocation(), first_commit)
+        print(text)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text)
+        print(f"written to {output.relative_to(REPO) if output.is_relative_to(REPO) else output}")
+
     runner = Runner(load.ensure_wrk(), seconds)
     workdir = Path(tempfile.mkdtemp(prefix="plantstore-bench-"))
     print(f"working in {workdir}", flush=True)
@@ -533,12 +543,12 @@ def main():
     try:
         if only == "limiter":
             results = {"limiter": measure_limiter(runner, workdir, rounds, started)}
-            return _write(report.render(results, [], seconds, rounds, invocation()), output)
+            return write(results, [])
         for backend_name in databases.chosen(compare_yardsticks):
             backends.append(databases.backend(backend_name, workdir))
         if only:
             results = measure_webhooks(runner, workdir, rounds, started, only, backends)
-            return _write(report.render(results, [], seconds, rounds, invocation()), output)
+            return write(results, [])
         if compare_yardsticks:
             names += ["ceiling", "fastapi-peer"]
         for backend in backends:
@@ -561,7 +571,7 @@ def main():
         for backend in backends:
             backend.close()
         if not only:  # what was measured is written even if a later part failed
-            _write(report.render(results, names, seconds, rounds, invocation()), output)
+            write(results, names)
 
 
 def invocation():
@@ -569,14 +579,6 @@ def invocation():
     settings = sorted(f"{key}={value}" for key, value in os.environ.items()
                       if key.startswith(("BENCH_", "AB_")) and value)
     return " ".join(["make bench", *settings])
-
-
-def _write(text, output):
-    """Print the report and write it to ``output``."""
-    print(text)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
-    print(f"written to {output.relative_to(REPO) if output.is_relative_to(REPO) else output}")
 
 
 def start_yardsticks(yardsticks, backend, workdir, started):
