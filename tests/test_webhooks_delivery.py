@@ -1,6 +1,6 @@
 """The "New Plant" webhook as a create request sends it: what receivers get
-(body, headers, Standard Webhooks signature), the outbox written with the
-plant, and the bounds that keep a bad receiver from hurting the create."""
+(body, headers, Standard Webhooks signature), the deliveries queued with
+the plant, and the bounds that keep a bad receiver from hurting the create."""
 import datetime
 import json
 import time
@@ -11,12 +11,19 @@ from standardwebhooks.webhooks import WebhookVerificationError
 from helpers import bearer, create_plant, free_port
 from plantstore.models import Attempt, Delivery, Subscription
 from plantstore.webhooks import queue
-from plugins.webhooks import (RETRY_EVERY_SECOND, Answer, subscribe, verify,
-                              wait_for_attempts)
+from plugins.webhooks import (
+    QUICK_TIMEOUTS,
+    RETRY_EVERY_SECOND,
+    Answer,
+    subscribe,
+    verify,
+    wait_for_attempts,
+)
 
 pytestmark = pytest.mark.app_config(RETRY_EVERY_SECOND)
-CONNECT = RETRY_EVERY_SECOND["WEBHOOK_CONNECT_TIMEOUT"]
-READ = RETRY_EVERY_SECOND["WEBHOOK_READ_TIMEOUT"]
+# For the tests whose attempts must run into their timeouts.
+TIMING_OUT = {**RETRY_EVERY_SECOND, **QUICK_TIMEOUTS}
+READ = TIMING_OUT["WEBHOOK_READ_TIMEOUT"]
 
 
 def test_create_posts_the_signed_new_plant_to_every_active_receiver(
@@ -97,6 +104,7 @@ def test_a_failing_receiver_never_fails_the_create_and_the_delivery_waits_for_a_
     assert 0.9 <= wait <= 1.1 + 0.5, wait  # the schedule's first step, ±10 % jitter
 
 
+@pytest.mark.app_config(TIMING_OUT)
 def test_slow_receivers_never_hold_the_create(
         client, runner, alice, make_receiver):
     slow = [make_receiver(Answer(delay=5)) for _ in range(3)]
@@ -150,6 +158,7 @@ def test_a_redirect_is_a_failure_and_is_not_followed(client, runner, alice, make
     assert target.requests == []
 
 
+@pytest.mark.app_config(TIMING_OUT)
 def test_an_endless_response_body_is_read_only_up_to_the_cap(
         client, runner, alice, make_receiver):
     receiver = make_receiver(Answer(200, endless=True))

@@ -3,7 +3,6 @@ deadline even when a receiver trickles its answer, a failing receiver's
 circuit breaker (shared through the database) keeps creates and workers off
 it, and each process caps the attempts it has under way."""
 import dataclasses
-import datetime
 import json
 import threading
 import time
@@ -13,12 +12,19 @@ import requests
 
 from helpers import create_plant, wait_until
 from plantstore.db import database, is_sqlite
-from plantstore.models import Attempt, Delivery, Plant, Subscription, User, utcnow
-from plantstore.webhooks import lifecycle, outbox
+from plantstore.models import Attempt, Delivery, Subscription
+from plantstore.webhooks import queue
 from plantstore.webhooks.config import settings_of
-from plantstore.webhooks.dispatch import Dispatcher
+from plantstore.webhooks.web_sender import WebSender
 from plantstore.webhooks.worker import Worker
-from plugins.webhooks import BODY_TRICKLED, HEADERS_TRICKLED, Answer, subscribe
+from plugins.webhooks import (
+    BODY_TRICKLED,
+    HEADERS_TRICKLED,
+    Answer,
+    store_plants,
+    subscribe,
+    wait_for_attempts,
+)
 
 CONNECT, READ = 0.5, 1.0
 BOUND = CONNECT + READ
@@ -95,7 +101,7 @@ def test_failures_open_the_breaker_then_creates_leave_that_receiver_to_the_worke
     subscribe(runner, healthy.url)
     for plant_id in (1, 2):  # threshold 2: the second failure opens it
         create_plant(client, alice, plant_id)
-        wait_until(lambda: Attempt.select().count() == 2 * plant_id)
+        wait_for_attempts(2 * plant_id)
 
     subscription = Subscription.get_by_id(failing_id)
     assert subscription.failure_streak == 2 and subscription.breaker_opened_at
@@ -123,7 +129,7 @@ def test_while_open_workers_send_one_probe_per_cooldown_and_its_success_closes_i
     subscription_id, _ = subscribe(runner, receiver.url)
     for plant_id in (1, 2):  # the second failure opens the breaker
         create_plant(client, alice, plant_id)
-        wait_until(lambda: Attempt.select().count() == plant_id)
+        wait_for_attempts(plant_id)
     for plant_id in range(3, 6):
         create_plant(client, alice, plant_id)
     due_now = Subscription.update(breaker_probe_at=Subscription.breaker_opened_at)
@@ -147,9 +153,8 @@ def test_enabling_a_subscription_again_closes_its_breaker(client, runner, alice,
     subscription_id, _ = subscribe(runner, receiver.url)
     for plant_id in (1, 2):  # the second failure opens the breaker
         create_plant(client, alice, plant_id)
-        wait_until(lambda: Attempt.select().count() == plant_id)
-    with database.atomic():
-        lifecycle.disable(subscription_id, lifecycle.FAILING, "failing for too long")
+        wait_for_attempts(plant_id)
+    queue.disable(subscription_id, queue.FAILING, "failing for too long")
     receiver.answer = Answer(200)
 
     assert runner.invoke(args=["webhooks", "enable", str(subscription_id)]).exit_code == 0
@@ -161,9 +166,11 @@ def test_enabling_a_subscription_again_closes_its_breaker(client, runner, alice,
     assert json.loads(receiver.wait_for(3)[2].body)["id"] == 3  # attempted by the create
 
 
+# Three slots: the operator, the only owner, may hold all but one of them,
+# and its receiver two.
 @pytest.mark.parametrize("app_config", [{
     "WEBHOOK_CONNECT_TIMEOUT": CONNECT, "WEBHOOK_READ_TIMEOUT": 30,
-    "WEBHOOK_SENDS_PER_PROCESS": 2, "WEBHOOK_SENDS_PER_RECEIVER": 2}])
+    "WEBHOOK_SENDS_PER_PROCESS": 3, "WEBHOOK_SENDS_PER_RECEIVER": 2}])
 def test_past_the_cap_a_create_leaves_its_deliveries_to_the_workers_and_holds_no_connection(
         app, client, runner, alice, make_receiver):
     hanging = make_receiver(Answer(delay=60))
@@ -176,8 +183,9 @@ def test_past_the_cap_a_create_leaves_its_deliveries_to_the_workers_and_holds_no
     wait_until(lambda: Delivery.select().where(Delivery.locked_until.is_null()).count() == 2)
     assert len(hanging.requests) == 2
     database.close()  # this test's own
-    # The outcome writer gives its connection back once the releases are
-    # written; the sender threads wait on the receiver holding none.
+    # The outcome writer gives its connection back once the give-backs are
+    # written; the sender threads wait on the receiver holding none (peewee's
+    # pool has no public count of the connections in use).
     wait_until(lambda: not database.obj._in_use)
 
 
@@ -198,58 +206,49 @@ def test_a_slow_receiver_does_not_hold_up_another_receivers_deliveries_in_the_wo
     try:
         fast.wait_for(4)  # both of the fast receiver's, while the slow ones hang
         slow.wait_for(4)
-        wait_until(lambda: worker.dispatcher.in_flight() == 2)  # the slow ones only
+        wait_until(lambda: worker.slots.held() == 2)  # the slow ones only
     finally:
         slow.released.set()
         finished.join(timeout=30)
     assert worker.tally == {"delivered": 4}
 
 
+def one_slot_per_receiver(app, slots=4):
+    """The app's settings with a receiver's attempts one at a time."""
+    return dataclasses.replace(settings_of(app), sends_per_process=slots,
+                               worker_threads=slots, sends_per_receiver=1)
+
+
 @pytest.mark.parametrize("status, frees_its_slot", [(200, True), (503, False)])
 def test_only_a_failed_attempt_holds_its_receivers_slot_until_its_outcome_is_written(
         app, runner, alice, make_receiver, status, frees_its_slot):
     receiver = make_receiver(Answer(status))
-    subscription_id, _ = subscribe(runner, receiver.url)
-    settings = settings_of(app)
-    with app.test_request_context():
-        owner = User.get(User.name == "alice")
-        jobs = []
-        for plant_id in (1, 2):
-            with database.atomic():
-                plant = Plant.create(id=plant_id, name="fern", owner=owner)
-                jobs += outbox.record_new_plant(plant, settings)
-    dispatcher = Dispatcher(settings, threads=4, per_receiver=1)
+    subscribe(runner, receiver.url)
+    first, second = store_plants(app, (1, 2))
+    web_sender = WebSender(one_slot_per_receiver(app))
 
     with database.atomic():  # outcome writes wait for this transaction
         if not is_sqlite():
             list(Delivery.select().for_update())
-        assert dispatcher.try_start(jobs[0])
+        web_sender.offer([first])
         receiver.wait_for(1)
+        # The attempt has ended once its outcome waits to be written.
+        wait_until(lambda: web_sender.writer.unwritten() == 1)
         if frees_its_slot:
-            wait_until(lambda: dispatcher.room() == (4, {}))
-            assert dispatcher.try_start(jobs[1])
+            wait_until(lambda: web_sender.slots.held() == 0)
+            web_sender.offer([second])
             receiver.wait_for(2)
         else:
-            time.sleep(0.3)  # the attempt has ended; its outcome waits
-            assert dispatcher.room() == (3, {subscription_id: 0})
-            assert not dispatcher.try_start(jobs[1])
+            assert web_sender.slots.held() == 1
+            web_sender.offer([second])  # no slot: given back, left to the workers
+            assert web_sender.writer.unwritten() == 2
         assert Attempt.select().count() == 0  # no outcome written yet
 
-    assert dispatcher.drain(10)
+    web_sender.finish()
+    assert web_sender.writer.unwritten() == 0
     assert Attempt.select().count() == len(receiver.requests)
-
-
-def leased_jobs(app, plant_ids):
-    """Create these plants (alice's) and return the jobs their creates leased."""
-    settings = settings_of(app)
-    jobs = []
-    with app.test_request_context():
-        owner = User.get(User.name == "alice")
-        for plant_id in plant_ids:
-            with database.atomic():
-                plant = Plant.create(id=plant_id, name="fern", owner=owner)
-                jobs += outbox.record_new_plant(plant, settings)
-    return jobs
+    if not frees_its_slot:
+        assert len(receiver.requests) == 1 and given_back(second)
 
 
 def given_back(job):
@@ -259,77 +258,25 @@ def given_back(job):
             and delivery.locked_until is None)
 
 
-def test_a_workers_jobs_wait_for_their_receivers_slot_and_start_as_it_frees(
+def test_a_worker_attempts_one_receiver_no_more_than_its_cap_at_once_and_claims_as_slots_free(
         app, runner, alice, make_receiver):
     receiver = make_receiver(Answer(200, delay=0.3))
-    subscription_id, _ = subscribe(runner, receiver.url)
-    jobs = leased_jobs(app, (1, 2, 3))
-    dispatcher = Dispatcher(settings_of(app), threads=4, per_receiver=1, queue_ahead=True)
-
-    assert dispatcher.try_start(jobs[0])  # takes the receiver's one slot
-    assert dispatcher.try_start(jobs[1])  # waits for it
-    assert not dispatcher.try_start(jobs[2])  # one waiting per slot, no more
-    assert dispatcher.room() == (6, {subscription_id: 0})
-    assert dispatcher.drain(10)
-
-    first, second = receiver.wait_for(2)
-    assert second.at - first.at >= 0.3  # one at a time: the cap holds
-    assert [Delivery.get_by_id(job.delivery_id).status for job in jobs[:2]] == [
-        Delivery.DELIVERED, Delivery.DELIVERED]
-    assert len(receiver.requests) == 2
-
-
-def test_a_job_waiting_for_the_process_cap_starts_when_another_receivers_slot_frees(
-        app, runner, alice, make_receiver):
-    busy, idle = make_receiver(Answer(200, delay=0.3)), make_receiver(Answer(200))
-    subscribe(runner, busy.url)
-    subscribe(runner, idle.url)
-    busy_job, idle_job = leased_jobs(app, (1,))  # one plant: a job per subscription
-    dispatcher = Dispatcher(settings_of(app), threads=1, per_receiver=1, queue_ahead=True)
-
-    assert dispatcher.try_start(busy_job)  # the process's one slot
-    assert dispatcher.try_start(idle_job)  # its receiver has room, the process has none
-    assert dispatcher.drain(10)
-
-    [first], [second] = busy.wait_for(1), idle.wait_for(1)
-    assert second.at - first.at >= 0.3
-    assert Delivery.select().where(Delivery.status == Delivery.DELIVERED).count() == 2
-
-
-def test_a_failed_attempt_gives_back_the_jobs_waiting_for_its_receiver(
-        app, runner, alice, make_receiver):
-    receiver = make_receiver(Answer(503, delay=0.2))
+    other = make_receiver(Answer(200, delay=0.3))
     subscribe(runner, receiver.url)
-    jobs = leased_jobs(app, (1, 2))
-    dispatcher = Dispatcher(settings_of(app), threads=4, per_receiver=1, queue_ahead=True)
+    subscribe(runner, other.url)
+    store_plants(app, (1, 2, 3), give_back=True)
 
-    assert dispatcher.try_start(jobs[0]) and dispatcher.try_start(jobs[1])
-    assert dispatcher.drain(10)
+    tally = Worker(one_slot_per_receiver(app)).run_once()
 
-    assert len(receiver.requests) == 1  # the next claim sees what the failure did
-    assert given_back(jobs[1])
-    assert dispatcher.in_flight() == 0
-
-
-def test_a_waiting_job_whose_lease_would_end_during_its_attempt_is_given_back(
-        app, runner, alice, make_receiver):
-    receiver = make_receiver(Answer(200, delay=0.5))
-    subscribe(runner, receiver.url)
-    first, second = leased_jobs(app, (1, 2))
-    # Its lease ends within an attempt's deadline of the first one's end.
-    short_lease = utcnow() + datetime.timedelta(seconds=BOUND + 0.5)
-    Delivery.update(locked_until=short_lease).where(Delivery.id == second.delivery_id).execute()
-    second = dataclasses.replace(second, leased_until=short_lease)
-    dispatcher = Dispatcher(settings_of(app), threads=4, per_receiver=1, queue_ahead=True)
-
-    assert dispatcher.try_start(first) and dispatcher.try_start(second)
-    assert dispatcher.drain(10)
-
-    assert len(receiver.requests) == 1
-    assert given_back(second)
+    assert tally == {"delivered": 6}
+    for got in (receiver.wait_for(3), other.wait_for(3)):
+        assert all(later.at >= earlier.finished for earlier, later in zip(got, got[1:]))
+    # The two receivers' attempts ran side by side.
+    assert receiver.requests[0].at < other.requests[0].finished
+    assert other.requests[0].at < receiver.requests[0].finished
 
 
-def test_a_stopping_worker_starts_no_waiting_job_and_gives_them_back(
+def test_a_stopping_worker_ends_the_attempt_under_way_and_leaves_the_rest_free_to_claim(
         app, client, runner, alice, make_receiver):
     receiver = make_receiver(Answer(409))  # a retry, not a breaker failure
     subscribe(runner, receiver.url)
@@ -337,14 +284,13 @@ def test_a_stopping_worker_starts_no_waiting_job_and_gives_them_back(
         create_plant(client, alice, plant_id)
     wait_until(lambda: Attempt.select().count() == 3)
     receiver.answer = Answer(200, delay=0.5)
-    settings = dataclasses.replace(settings_of(app), sends_per_receiver=1)
-    worker = Worker(settings)
+    worker = Worker(one_slot_per_receiver(app))
     running = threading.Thread(target=worker.run_forever)
     running.start()
     try:
-        receiver.wait_for(4)  # the worker's first attempt; the next waits for its slot
+        receiver.wait_for(4)  # the worker's first attempt; its receiver has no more room
         worker.stop()
-        running.join(timeout=10)
+        running.join(timeout=30)
     finally:
         receiver.released.set()
     assert not running.is_alive()

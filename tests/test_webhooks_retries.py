@@ -13,8 +13,17 @@ from plantstore import create_app
 from plantstore.models import Attempt, Delivery, Subscription
 from plantstore.settings import SettingError
 from plantstore.webhooks.sender import parse_retry_after
-from plugins.webhooks import (QUICK_SENDS, RETRY_AT_ONCE, RETRY_EVERY_SECOND, Answer,
-                              run_worker, sleep_until, subscribe, verify, wait_for_attempts)
+from plugins.webhooks import (
+    PATIENT_SENDS,
+    RETRY_AT_ONCE,
+    RETRY_EVERY_SECOND,
+    Answer,
+    run_worker,
+    sleep_until,
+    subscribe,
+    verify,
+    wait_for_attempts,
+)
 
 pytestmark = pytest.mark.app_config(RETRY_EVERY_SECOND)
 
@@ -98,7 +107,7 @@ def test_a_410_disables_the_subscription_and_fails_its_waiting_deliveries(
     assert Delivery.select().where(Delivery.subscription == gone_id).count() == 2
 
 
-@pytest.mark.app_config({**QUICK_SENDS, "WEBHOOK_RETRY_SCHEDULE": "0,3"})
+@pytest.mark.app_config({**PATIENT_SENDS, "WEBHOOK_RETRY_SCHEDULE": "0,3"})
 @pytest.mark.parametrize("status, retry_after, expected", [
     (503, "2", 2.0),
     (429, "http-date+3", 3.0),  # whole seconds: 2 to 3 s from now
@@ -154,7 +163,7 @@ def test_after_a_rotation_both_secrets_sign_until_the_overlap_ends(
         verify(old_secret, got)
 
 
-@pytest.mark.app_config({**QUICK_SENDS, "WEBHOOK_SECRET_OVERLAP_HOURS": 0})
+@pytest.mark.app_config({**PATIENT_SENDS, "WEBHOOK_SECRET_OVERLAP_HOURS": 0})
 def test_with_no_overlap_a_rotated_secret_stops_signing_at_once(
         client, runner, alice, make_receiver):
     receiver = make_receiver()

@@ -6,25 +6,30 @@ gunicorn worker stopping while an attempt is under way."""
 import json
 import os
 import signal
-import subprocess
 import threading
-import time
 import types
 from collections import Counter
 
 import pytest
 
-from helpers import PLANTSTORE, REPO, create_plant, free_port, plantstore_env, run_plantstore
-from plantstore.db import database
+from helpers import create_plant, free_port, plantstore_env, run_plantstore
 from plantstore.gunicorn import finish_webhook_attempts
-from plantstore.models import Attempt, Delivery, Plant, User
-from plantstore.webhooks import outbox
-from plantstore.webhooks import worker as worker_module
+from plantstore.models import Attempt, Delivery, Plant, Subscription
+from plantstore.webhooks import queue
 from plantstore.webhooks.config import settings_of
-from plantstore.webhooks.worker import Worker, claim_due
+from plantstore.webhooks.worker import Worker
 from plugins.servers import create_until_sigkilled
-from plugins.webhooks import (SHORT_LEASES, Answer, run_worker, sleep_until, subscribe,
-                              verify, wait_for_attempts)
+from plugins.webhooks import (
+    SHORT_LEASES,
+    Answer,
+    run_worker,
+    sleep_until,
+    store_plants,
+    subscribe,
+    verify,
+    wait_for_attempts,
+    wait_for_leases_to_run_out,
+)
 
 pytestmark = pytest.mark.app_config(SHORT_LEASES)
 
@@ -86,18 +91,16 @@ def test_deliveries_of_a_process_that_died_after_the_commit_wait_out_its_lease(
         app, runner, alice, make_receiver):
     receiver = make_receiver()
     _, secret = subscribe(runner, receiver.url)
-    with app.test_request_context(), database.atomic():
-        plant = Plant.create(id=1, name="fern", owner=User.get(User.name == "alice"))
-        [job] = outbox.record_new_plant(plant, settings_of(app))
+    [job] = store_plants(app, [1])
     # No send after the commit: the request's process is gone.
 
     assert run_worker(runner) == "nothing due"
     assert receiver.requests == []
-    sleep_until(job.leased_until)
+    sleep_until(Delivery.get_by_id(job.delivery_id).locked_until)
     assert run_worker(runner) == "delivered 1"
     [got] = receiver.wait_for(1)
     assert got.headers["webhook-id"] == job.message_id
-    assert verify(secret, got) == {"id": 1, "name": "fern"}
+    assert verify(secret, got) == {"id": 1, "name": "plant 1"}
 
 
 # One attempt at a time per receiver, and its breaker opens at the first
@@ -109,22 +112,23 @@ def test_worker_once_claims_again_when_the_attempts_it_waited_on_ended_during_it
         app, client, runner, alice, make_receiver, monkeypatch):
     events = 20
     receiver = make_receiver(Answer(503))
-    subscribe(runner, receiver.url)
+    subscription_id, _ = subscribe(runner, receiver.url)
     for plant_id in range(events):
         create_plant(client, alice, plant_id, f"plant {plant_id}")
     wait_for_attempts(1, timeout=10)  # the first create's; the breaker kept the rest back
     receiver.answer = Answer(200)
-    time.sleep(0.6)  # the probe is due
+    sleep_until(Subscription.get_by_id(subscription_id).breaker_probe_at)
     worker = Worker(settings_of(app))
+    claim = queue.claim
 
     def claim_behind_the_outcome_write(*args, **kwargs):
-        """Claim, then let the attempts under way end and be written, as when
-        a claim on SQLite waits for the outcome writer's transaction."""
-        jobs = claim_due(*args, **kwargs)
-        assert worker.dispatcher.drain(10)
+        """Claim, then let the outcomes of the attempts that ended be written,
+        as when the writer commits while a claim's statement runs."""
+        jobs = claim(*args, **kwargs)
+        assert worker.writer.flush(10)
         return jobs
 
-    monkeypatch.setattr(worker_module, "claim_due", claim_behind_the_outcome_write)
+    monkeypatch.setattr(queue, "claim", claim_behind_the_outcome_write)
     tally = worker.run_once()
 
     assert tally["delivered"] == events, tally
@@ -157,26 +161,18 @@ def test_worker_once_delivers_what_waited_while_the_receiver_was_down(
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT],
                          ids=["SIGTERM", "SIGINT"])
 def test_the_worker_polls_for_due_deliveries_and_stops_cleanly_on_a_signal_after_the_one_under_way(
-        client, runner, alice, database_url, make_receiver, stop_signal):
+        client, runner, alice, database_url, make_receiver, start_worker, stop_signal):
     receiver = make_receiver(Answer(500))
     subscribe(runner, receiver.url)
-    worker = subprocess.Popen([str(PLANTSTORE), "worker"], cwd=REPO, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True,
-                              env=environment(database_url, WEBHOOK_READ_TIMEOUT=3))
-    try:
-        time.sleep(0.5)  # the worker is polling an empty outbox
-        # The create's own attempt fails; the worker's is held a second.
-        receiver.answer = lambda got: Answer(500) if not receiver.requests \
-            else Answer(200, delay=1.0)
-        create_plant(client, alice, 1, "plant 1")
-        receiver.wait_for(2, timeout=20)  # the worker's attempt, held by the receiver
-        worker.send_signal(stop_signal)
-        _, stderr = worker.communicate(timeout=20)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
-    assert worker.returncode == 0, stderr
+    worker = start_worker(environment(database_url, WEBHOOK_READ_TIMEOUT=3))
+    worker.wait_started()  # polling an empty queue
+    # The create's own attempt fails; the worker's is held a second.
+    receiver.answer = lambda got: Answer(500) if not receiver.requests \
+        else Answer(200, delay=1.0)
+    create_plant(client, alice, 1, "plant 1")
+    receiver.wait_for(2, timeout=20)  # the worker's attempt, held by the receiver
+
+    assert worker.stop(stop_signal) == 0, worker.output()
     delivery = Delivery.get()
     assert delivery.status == Delivery.DELIVERED and delivery.attempts == 2
     assert len(receiver.requests) == 2
@@ -194,7 +190,7 @@ def test_every_create_answered_200_reaches_the_receiver_after_gunicorn_is_sigkil
     assert len(answered_200) >= 40, server.output()
 
     receiver.answer = Answer(200)
-    time.sleep(2.1)  # the lease of the rows being written or sent at the kill
+    wait_for_leases_to_run_out()  # of the rows being written or sent at the kill
     # The worker gets the default timeouts: its own attempts must not time
     # out on a busy machine, or they would wait for a later run.
     finished = run_plantstore("worker", "--once", env=environment(

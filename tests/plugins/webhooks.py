@@ -1,6 +1,7 @@
 """Webhooks in tests: a real receiver (the ``make_receiver`` fixture),
-signature checks, subscriptions made through the CLI, the outbox and the
-worker, and the named webhook timing settings the tests run under.
+signature checks, subscriptions made through the CLI, deliveries queued
+straight through the delivery queue, leases, and the named webhook timing
+settings the tests run under.
 
 The receiver is an HTTP/1.1 server on loopback that records every request
 and answers as the test tells it to; it is stopped when the test ends.
@@ -12,17 +13,23 @@ import dataclasses
 import datetime
 import http.server
 import json
+import os
+import signal
 import socket
+import subprocess
+import tempfile
 import threading
 import time
 
 import pytest
 from standardwebhooks import Webhook
 
-from helpers import wait_until
+from helpers import PLANTSTORE, REPO, wait_until
 from plantstore import clock
 from plantstore.db import database
-from plantstore.models import Attempt
+from plantstore.models import Attempt, Delivery, Plant, User
+from plantstore.webhooks import NEW_PLANT_EVENT, new_plant_payload, queue
+from plantstore.webhooks.config import settings_of
 
 # Sends a test expects a receiver to answer: timeouts of seconds where a
 # loopback receiver answers in milliseconds, so only the fault a test sets up
@@ -30,8 +37,6 @@ from plantstore.models import Attempt
 PATIENT_SENDS = {"WEBHOOK_CONNECT_TIMEOUT": 5.0, "WEBHOOK_READ_TIMEOUT": 10.0}
 # Sends a test expects to time out: they give up soon.
 QUICK_TIMEOUTS = {"WEBHOOK_CONNECT_TIMEOUT": 0.3, "WEBHOOK_READ_TIMEOUT": 0.6}
-# The former name of PATIENT_SENDS, still imported by test_webhooks_retries.py.
-QUICK_SENDS = PATIENT_SENDS
 # A failed send is retried once, due at once (by ``worker --once``).
 RETRY_AT_ONCE = {**PATIENT_SENDS, "WEBHOOK_RETRY_SCHEDULE": "0"}
 # A failed send is retried twice, a second apart.
@@ -52,6 +57,7 @@ class Received:
     body: bytes
     at: float  # time.monotonic() when it arrived
     client_port: int
+    finished: float | None = None  # time.monotonic() once its answer was sent (or cut)
 
 
 @dataclasses.dataclass
@@ -97,6 +103,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         receiver.record(received, answer)
         if answer.delay:
             receiver.released.wait(answer.delay)
+        try:
+            self._answer(answer, receiver)
+        finally:
+            received.finished = time.monotonic()
+
+    def _answer(self, answer, receiver):
         try:
             self.send_response(answer.status)
             for name, value in answer.headers.items():
@@ -215,6 +227,47 @@ def wait_for_attempts(count, timeout=30.0):
                message="attempts were not recorded in time")
 
 
+def store_plants(app, plant_ids, owner="alice", give_back=False):
+    """Store these plants of ``owner`` as a create does (``queue.store_plant``:
+    the plant and its deliveries, leased to this process) without attempting
+    anything; the jobs leased. With ``give_back``, their leases are cleared at
+    once, as a create whose sender was full leaves them: due for any worker."""
+    settings = settings_of(app)
+    owner_id = User.get(User.name == owner).id
+    jobs = []
+    for plant_id in plant_ids:
+        plant = Plant(id=plant_id, owner=owner_id, name=f"plant {plant_id}")
+        jobs += queue.store_plant(plant, NEW_PLANT_EVENT, new_plant_payload(plant), settings)
+    if give_back:
+        queue.give_back(jobs)
+    return jobs
+
+
+def wait_for_leases_to_run_out(timeout=60.0):
+    """Wait until no pending delivery is leased any more by the database's
+    clock (the leases of a process that died have run out)."""
+    wait_until(lambda: not Delivery.select().where(
+                   Delivery.status == Delivery.PENDING,
+                   Delivery.locked_until > clock.now()).exists(),
+               timeout, interval=0.05, message="the leases to run out")
+
+
+def overlapping_sends(requests):
+    """The webhook-ids of which two requests were under way at once (one
+    arrived before the other's answer was sent), from a receiver's
+    ``requests``; each answer must have been sent."""
+    by_id = {}
+    for got in requests:
+        by_id.setdefault(got.headers["webhook-id"], []).append(got)
+    overlapping = set()
+    for message_id, sends in by_id.items():
+        sends.sort(key=lambda got: got.at)
+        assert all(got.finished is not None for got in sends), message_id
+        if any(later.at < earlier.finished for earlier, later in zip(sends, sends[1:])):
+            overlapping.add(message_id)
+    return overlapping
+
+
 def run_worker(runner):
     """Run ``plantstore worker --once`` in-process; what it printed."""
     result = runner.invoke(args=["worker", "--once"])
@@ -234,6 +287,91 @@ def _database_clock_passed(moment):
     if isinstance(current, datetime.datetime):  # SQLite: the process's clock
         return current > moment
     return database.execute_sql(f"SELECT {clock.POSTGRES_NOW} > %s", (moment,)).fetchone()[0]
+
+
+# --- worker processes ---------------------------------------------------------
+
+class WorkerProcess:
+    """A ``plantstore worker`` process in its own process group, started
+    with exactly ``env`` (after ``prefix``, e.g. ``faketime -f +120s``);
+    what it writes goes to a file."""
+
+    def __init__(self, env, prefix=()):
+        self.log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen([*prefix, str(PLANTSTORE), "worker"], cwd=REPO,
+                                        env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+
+    def output(self):
+        """Everything it wrote so far."""
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def entries(self):
+        """Its JSON log lines so far, as dicts."""
+        found = []
+        for line in self.output().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and "message" in entry:
+                found.append(entry)
+        return found
+
+    def messages(self):
+        """The messages of its JSON log lines so far."""
+        return [entry["message"] for entry in self.entries()]
+
+    def wait_started(self, timeout=60.0):
+        """Wait until it polls (its first log line says so)."""
+        def started():
+            if self.process.poll() is not None:
+                raise AssertionError(f"the worker exited with {self.process.returncode}: "
+                                     f"{self.output()[-2000:]}")
+            return any(m.startswith("webhook worker started") for m in self.messages())
+        wait_until(started, timeout, interval=0.05, message="the worker to start")
+
+    def stop(self, stop_signal=signal.SIGTERM, timeout=60.0):
+        """Signal its process group and wait until every process in it has
+        exited; the exit status of the process started (the worker's own
+        unless a ``prefix`` wraps it)."""
+        os.killpg(self.process.pid, stop_signal)
+        status = self.process.wait(timeout=timeout)
+        wait_until(lambda: not self._group_alive(), timeout, interval=0.05,
+                   message="the worker's process group to exit")
+        return status
+
+    def stopped_cleanly(self):
+        """Whether it logged, last thing, that it stopped."""
+        return any(m.startswith("webhook worker stopped") for m in self.messages())
+
+    def _group_alive(self):
+        try:
+            os.killpg(self.process.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def kill(self):
+        """SIGKILL its whole process group, if any of it still runs."""
+        if self._group_alive():
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+
+@pytest.fixture
+def start_worker():
+    """Start ``plantstore worker`` processes (``start_worker(env, prefix=())``);
+    any still running is killed with its process group afterwards."""
+    started = []
+
+    def start(env, prefix=()):
+        started.append(WorkerProcess(env, prefix))
+        return started[-1]
+    yield start
+    for worker in started:
+        worker.kill()
 
 
 # --- receivers that trickle their answer ------------------------------------
