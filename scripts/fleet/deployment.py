@@ -376,20 +376,9 @@ http {{
     def nginx_workers(self, shutting_down=False):
         """Pids of the fleet's nginx workers that serve (with ``shutting_down``:
         of every worker, those finishing their last requests after a reload too)."""
-        pids = []
-        master = self.processes["nginx"].pid
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                title = (entry / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if parent == master and "worker process" in title and (
-                    shutting_down or "shutting down" not in title):
-                pids.append(int(entry.name))
-        return pids
+        return [pid for pid, title in children(self.processes["nginx"].pid, titles=True)
+                if "worker process" in title
+                and (shutting_down or "shutting down" not in title)]
 
     def restart_node(self, node):
         """docs/scaling.md's rolling restart of one web node, step by step;
@@ -420,6 +409,19 @@ http {{
         self.set_upstream(down=())
         done("back in nginx")
         return steps
+
+    def reload_node(self, node):
+        """``systemctl reload plantstore-web`` on ``node`` (SIGHUP to gunicorn's
+        master: new workers with the code and settings on disk, the old ones
+        stopped gracefully, the listening socket kept); returns when the old
+        workers have exited and the node is ready."""
+        master = self.processes[node].pid
+        old = children(master)
+        self.processes[node].popen.send_signal(signal.SIGHUP)
+        wait_until(lambda: not set(old) & set(children(master))
+                   and len(children(master)) == 2, 60,
+                   f"{node}'s old gunicorn workers did not make way", interval=0.05)
+        self.wait_ready(node)
 
     def creates_served(self):
         """``POST /plants`` lines in each web node's access log so far."""
@@ -481,6 +483,22 @@ http {{
         wait_until(lambda: self.pending() == 0, timeout,
                    f"deliveries still pending: {self.deliveries_by_status()}", interval=0.2)
         return self.deliveries_by_status()
+
+
+def children(parent, titles=False):
+    """Pids of ``parent``'s child processes (with ``titles``: (pid, title) pairs)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            title = (entry / "cmdline").read_bytes().decode(errors="replace") if titles else ""
+        except OSError:
+            continue
+        if ppid == parent:
+            found.append((int(entry.name), title) if titles else int(entry.name))
+    return found
 
 
 def _tail(path, lines=25):

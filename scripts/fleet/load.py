@@ -2,8 +2,9 @@
 each create followed from its first attempt to its final answer.
 
 Without a retry policy every answer is final. With one, a create is sent
-again, under the same ``Idempotency-Key`` and body, after an answer that
-says "try again" (a connection failure, 502, 503, 504, 429, or the 409 of a
+again, under the same ``Idempotency-Key`` and body, after a connection that
+failed before any answer and (unless the policy says ``answers=False``)
+after an answer that says "try again" (502, 503, 504, 429, or the 409 of a
 key still held), waiting what ``Retry-After`` says (else a short backoff),
 until its attempts or its time run out.
 """
@@ -19,6 +20,9 @@ import requests
 
 RETRYABLE = frozenset({429, 502, 503, 504})
 CONNECT_TIMEOUT, READ_TIMEOUT = 3, 40
+CLOSED_UNDER_REQUEST = ("RemoteDisconnected", "ConnectionResetError", "BrokenPipeError")
+"""Causes of a kept-alive connection closed by the server as a request went
+out on it (as nginx's old workers close their idle connections on a reload)."""
 
 
 @dataclass
@@ -37,6 +41,12 @@ class Answer:
     @property
     def label(self):
         return str(self.status) if self.status is not None else self.error
+
+    @property
+    def closed_under_request(self):
+        """No answer: the connection was closed as the request went out on it."""
+        return self.status is None and self.error.endswith(
+            tuple(f"({cause})" for cause in CLOSED_UNDER_REQUEST))
 
 
 @dataclass
@@ -64,11 +74,19 @@ class Create:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Retry a create at most ``attempts`` times in all, for at most ``seconds``."""
+    """Retry a create at most ``attempts`` times in all, for at most
+    ``seconds``; after answers that say "try again" too unless ``answers``
+    is false (then only after a connection that failed before any answer)."""
 
     attempts: int = 30
     seconds: float = 60.0
     backoff: float = 0.2
+    answers: bool = True
+
+    def retries(self, answer):
+        if answer.status is None:
+            return True
+        return self.answers and (answer.status in RETRYABLE or _key_in_use(answer))
 
 
 def _key_in_use(answer):
@@ -76,8 +94,20 @@ def _key_in_use(answer):
     return answer.status == 409 and answer.retry_after is not None
 
 
-def _retryable(answer):
-    return (answer.status is None or answer.status in RETRYABLE or _key_in_use(answer))
+def _describe(error):
+    """``error`` as ``Outer(Cause)``, e.g. ``ConnectionError(RemoteDisconnected)``."""
+    cause = error
+    for _ in range(6):
+        inner = getattr(cause, "reason", None)
+        if not isinstance(inner, BaseException):
+            inner = next((arg for arg in reversed(cause.args)
+                          if isinstance(arg, BaseException)), None)
+        if inner is None:
+            break
+        cause = inner
+    if cause is error:
+        return type(error).__name__
+    return f"{type(error).__name__}({type(cause).__name__})"
 
 
 class Load:
@@ -150,7 +180,7 @@ class Load:
         while True:
             answer = self._send(session, headers, body)
             create.answers.append(answer)
-            if (not self.retry or not _retryable(answer)
+            if (not self.retry or not self.retry.retries(answer)
                     or len(create.answers) >= self.retry.attempts):
                 return create
             wait = self.retry.backoff * min(len(create.answers), 5)
@@ -166,7 +196,7 @@ class Load:
             response = session.post(self.url, json=body, headers=headers,
                                     timeout=(CONNECT_TIMEOUT, READ_TIMEOUT))
         except requests.RequestException as error:
-            return Answer(sent, time.time(), error=type(error).__name__)
+            return Answer(sent, time.time(), error=_describe(error))
         answer = Answer(sent, time.time(), response.status_code,
                         retry_after=response.headers.get("Retry-After"),
                         replayed=response.headers.get("Idempotent-Replayed") == "true")
