@@ -11,8 +11,7 @@ from urllib.parse import parse_qsl, urlsplit
 import peewee
 from peewee import DatabaseProxy, InterfaceError, OperationalError, SqliteDatabase
 from playhouse.migrations import Runner
-from playhouse.pool import (MaxConnectionsExceeded, PooledPostgresqlDatabase,
-                            PooledSqliteDatabase)
+from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase, PooledSqliteDatabase
 
 from .settings import SettingError
 

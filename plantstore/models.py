@@ -6,9 +6,17 @@ The schema itself is created and changed only by the numbered scripts in
 """
 import datetime
 
-from peewee import (AutoField, BigIntegerField, BooleanField, CharField,
-                    DateTimeField, ForeignKeyField, IntegerField, Model,
-                    TextField)
+from peewee import (
+    AutoField,
+    BigIntegerField,
+    BooleanField,
+    CharField,
+    DateTimeField,
+    ForeignKeyField,
+    IntegerField,
+    Model,
+    TextField,
+)
 
 from .db import database
 

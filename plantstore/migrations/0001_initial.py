@@ -5,9 +5,17 @@ script creates the same schema whatever the models become later.
 """
 import datetime
 
-from peewee import (AutoField, BigIntegerField, BooleanField, CharField,
-                    DateTimeField, ForeignKeyField, IntegerField, Model,
-                    TextField)
+from peewee import (
+    AutoField,
+    BigIntegerField,
+    BooleanField,
+    CharField,
+    DateTimeField,
+    ForeignKeyField,
+    IntegerField,
+    Model,
+    TextField,
+)
 
 
 def _now():

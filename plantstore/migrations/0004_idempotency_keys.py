@@ -4,8 +4,15 @@ The models are frozen copies, independent of ``plantstore.models``.
 """
 import datetime
 
-from peewee import (AutoField, CharField, DateTimeField, ForeignKeyField,
-                    IntegerField, Model, TextField)
+from peewee import (
+    AutoField,
+    CharField,
+    DateTimeField,
+    ForeignKeyField,
+    IntegerField,
+    Model,
+    TextField,
+)
 
 
 def _now():

@@ -4,14 +4,21 @@ from flask import current_app, g, request
 from flask_smorest import abort
 from peewee import IntegrityError
 
+from .. import webhooks
 from ..api import Blueprint, json_response, no_content
 from ..auth import READ, WRITE
 from ..models import Plant
-from .. import webhooks
 from ..webhooks.config import web_sender_of
 from . import queries
-from .schemas import (INT64_MAX, INT64_MIN, IntegerText, NewPlantSchema,
-                      PlantQueryArgsSchema, PlantSchema, plant_json)
+from .schemas import (
+    INT64_MAX,
+    INT64_MIN,
+    IntegerText,
+    NewPlantSchema,
+    PlantQueryArgsSchema,
+    PlantSchema,
+    plant_json,
+)
 
 PLANT_ID = IntegerText(INT64_MIN, INT64_MAX, json_spellings=True)
 """The id in ``/plants/{id}``: also spelled as the create body may spell it
