@@ -7,7 +7,6 @@ the database's (``clock``): set by it, and compared with its now in the
 statement that finds the token, so hosts whose clocks disagree agree on
 which tokens are valid.
 """
-import datetime
 import functools
 import hashlib
 import hmac
@@ -17,9 +16,9 @@ from dataclasses import dataclass
 from flask import g, request
 
 from . import clock
-from .db import Statement, is_sqlite
+from .db import Statement
 from .errors import error_response
-from .models import Token, User
+from .models import Token
 
 READ, WRITE = "plants:read", "plants:write"
 WEBHOOKS_READ, WEBHOOKS_WRITE = "webhooks:read", "webhooks:write"
@@ -63,27 +62,18 @@ def revoke_token(token_id):
                 .execute())
 
 
-def _valid_token(wanted, now):
-    """The lookup of a token by digest, if it is not revoked nor expired at ``now``."""
-    return (Token.select(Token.digest, Token.scopes, User.id, User.is_admin).join(User)
-            .where(Token.digest == wanted, Token.revoked_at.is_null(),
-                   Token.expires_at.is_null() | (Token.expires_at > now)))
-
-
-# Every authenticated request runs this lookup: compiled once (see Statement).
-# PostgreSQL compares with its own now(), in the statement; SQLite (one host)
-# with the process's clock, passed in as a value.
-_VALID_TOKEN = Statement(lambda wanted: _valid_token(wanted, clock.now()), "digest")
-_VALID_TOKEN_AT = Statement(_valid_token, "digest", datetime.datetime(2000, 1, 1))
+# Every authenticated request runs this lookup (see db.Statement); expiry is
+# judged by the database's clock, in the statement.
+_VALID_TOKEN = Statement(
+    'SELECT t.digest, t.scopes, u.id, u.is_admin FROM token t JOIN "user" u ON u.id = t.user_id'
+    " WHERE t.digest = {p} AND t.revoked_at IS NULL"
+    " AND (t.expires_at IS NULL OR t.expires_at > {now})")
 
 
 def find_caller(secret):
     """The Caller a presented token stands for, or None if it is not valid now."""
     wanted = digest(secret)
-    if is_sqlite():
-        rows = _VALID_TOKEN_AT.rows(wanted, clock.now())
-    else:
-        rows = _VALID_TOKEN.rows(wanted)
+    rows = _VALID_TOKEN.rows(wanted)
     if not rows:
         return None
     stored, scopes, user_id, is_admin = rows[0]

@@ -17,10 +17,9 @@ import datetime
 
 from peewee import SQL
 
-from .db import database, is_sqlite
+from .db import DATABASE_NOW, database, is_sqlite
 
-POSTGRES_NOW = "(now() AT TIME ZONE 'UTC')"
-"""The database's current time in SQL, as stored: naive UTC."""
+POSTGRES_NOW = DATABASE_NOW["postgresql"]
 
 
 def local_now():

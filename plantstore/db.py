@@ -141,58 +141,39 @@ def database_from_url(url, pool_size=8):
         "use sqlite:///path.db or postgresql://user@host/dbname")
 
 
+DATABASE_NOW = {"postgresql": "(now() AT TIME ZONE 'UTC')",
+                "sqlite": "strftime('%Y-%m-%d %H:%M:%f', 'now')"}
+"""The database's current time in SQL, as timestamps are stored (naive UTC)."""
+
+
 class Statement:
-    """A peewee query compiled to SQL once per database, then run with fresh values.
+    """SQL text every request runs, prepared once per database and run with
+    fresh values, as the driver reads and takes them (no field conversion).
 
-    Only for statements every request runs, where building and compiling
-    the peewee query costs more than running it (measured with timeit on
-    SQLite: the token lookup 100 µs to build and compile, a list page 90 µs,
-    the plant insert 45 µs; running a compiled one 5 µs, of requests that
-    take 300-400 µs in all). Everything else is plain peewee.
-
-    ``build`` makes the peewee query from its parameter values; called once
-    with ``example``, it must yield exactly those values as the SQL's
-    parameters, in order, so that later runs can pass their own values in
-    the same places.
+    Kept for the token lookup and the list pages: building and compiling
+    their peewee queries cost more than running them (measured with timeit
+    on SQLite: the token lookup 100 µs to build and compile, a list page
+    90 µs; running a compiled one 5 µs, of requests of 300-400 µs). In the
+    text, ``{p}`` marks a parameter and ``{now}`` the database's current
+    time (see ``clock``). Everything else is plain peewee.
     """
 
-    def __init__(self, build, *example):
-        self._build = build
-        self._example = list(example)
-        self._compiled = None  # (database, sql)
+    def __init__(self, text):
+        self.text = text
+        self._prepared = None  # (database, sql)
 
     def sql(self):
-        """The SQL text for the bound database, compiled on first use."""
-        compiled = self._compiled
-        if compiled is None or compiled[0] is not database.obj:
-            sql, params = self._build(*self._example).sql()
-            if list(params) != self._example:
-                raise ValueError(f"statement parameters {params!r} do not "
-                                 f"match the example {self._example!r}")
-            compiled = self._compiled = (database.obj, sql)
-        return compiled[1]
+        """The SQL for the bound database."""
+        prepared = self._prepared
+        if prepared is None or prepared[0] is not database.obj:
+            dialect = "sqlite" if is_sqlite() else "postgresql"
+            sql = self.text.format(p=database.obj.param, now=DATABASE_NOW[dialect])
+            prepared = self._prepared = (database.obj, sql)
+        return prepared[1]
 
     def rows(self, *values):
-        """Run the statement with ``values``; the driver's raw rows, as tuples.
-
-        Values go to the driver as they are and columns come back as the
-        driver reads them (no peewee field conversion either way).
-        """
-        return self.execute(*values).fetchall()
-
-    def execute(self, *values):
-        """Run the statement with ``values`` as they are; the driver's cursor."""
-        return database.execute_sql(self.sql(), values)
-
-    def models(self, model, *values):
-        """Run the statement; its rows as ``model`` instances, fields converted."""
-        cursor = self.execute(*values)
-        rows = cursor.fetchall()
-        if not rows:
-            return []
-        fields = [model._meta.columns[column[0]] for column in cursor.description]
-        return [model(**{field.name: field.python_value(value)
-                         for field, value in zip(fields, row)}) for row in rows]
+        """Run the statement with ``values``; the driver's rows, as tuples."""
+        return database.execute_sql(self.sql(), values).fetchall()
 
 
 def configured_database(config):

@@ -1,4 +1,4 @@
-"""The plant routes' hot SQL, compiled once (see ``db.Statement``).
+"""The plant routes' hot SQL, as text (see ``db.Statement``).
 
 - ``page``: keyset pages of the plants a caller may see. One statement per
   shape (own plants or all of them, first page or after a cursor), so a
@@ -9,22 +9,13 @@
 A new plant is stored with its webhook deliveries (``webhooks.store_and_announce``).
 """
 from ..db import Statement
-from ..models import Plant
-
-_COLUMNS = (Plant.id, Plant.name, Plant.tag)
 
 _OWN_FIRST = Statement(
-    lambda owner, limit: Plant.select(*_COLUMNS).where(Plant.owner == owner)
-    .order_by(Plant.id).limit(limit), -1, -2)
+    "SELECT id, name, tag FROM plant WHERE owner_id = {p} ORDER BY id LIMIT {p}")
 _OWN_AFTER = Statement(
-    lambda owner, after, limit: Plant.select(*_COLUMNS)
-    .where(Plant.owner == owner, Plant.id > after).order_by(Plant.id).limit(limit),
-    -1, -2, -3)
-_ALL_FIRST = Statement(
-    lambda limit: Plant.select(*_COLUMNS).order_by(Plant.id).limit(limit), -1)
-_ALL_AFTER = Statement(
-    lambda after, limit: Plant.select(*_COLUMNS).where(Plant.id > after)
-    .order_by(Plant.id).limit(limit), -1, -2)
+    "SELECT id, name, tag FROM plant WHERE owner_id = {p} AND id > {p} ORDER BY id LIMIT {p}")
+_ALL_FIRST = Statement("SELECT id, name, tag FROM plant ORDER BY id LIMIT {p}")
+_ALL_AFTER = Statement("SELECT id, name, tag FROM plant WHERE id > {p} ORDER BY id LIMIT {p}")
 
 
 def page(caller, after, limit):

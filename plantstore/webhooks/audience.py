@@ -7,23 +7,19 @@ a user sees only their own subscriptions; an admin sees every one.
 """
 from peewee import JOIN
 
-from ..db import Statement
 from ..models import Subscription, User
-
-# Every create runs this: compiled once (see db.Statement).
-_HEARING = Statement(
-    lambda active, owner, admin: Subscription.select(Subscription)
-    .join(User, JOIN.LEFT_OUTER, on=(Subscription.owner == User.id))
-    .where(Subscription.is_active == active,
-           Subscription.owner.is_null() | (Subscription.owner == owner)
-           | (User.is_admin == admin))
-    .order_by(Subscription.id),
-    True, -1, True)
 
 
 def hearing_about(owner_id):
-    """The active subscriptions told about a new plant of user ``owner_id``."""
-    return _HEARING.models(Subscription, True, owner_id, True)
+    """The active subscriptions told about a new plant of user ``owner_id``
+    (on PostgreSQL the create's one statement says the same: see
+    ``queue_sql.STORE_PLANT_WITH_DELIVERIES``)."""
+    return (Subscription.select(Subscription)
+            .join(User, JOIN.LEFT_OUTER, on=(Subscription.owner == User.id))
+            .where(Subscription.is_active == True,  # noqa: E712
+                   Subscription.owner.is_null() | (Subscription.owner == owner_id)
+                   | (User.is_admin == True))  # noqa: E712
+            .order_by(Subscription.id))
 
 
 def visible_to(caller):
