@@ -317,7 +317,8 @@ default_pool_size = 40
         the nodes in ``down`` marked ``down``."""
         text = (REPO / "config/nginx/upstream-two-nodes.conf").read_text()
         for node, example in EXAMPLE_NODES.items():
-            line = re.compile(rf"^(\s*server {re.escape(example)})[^;]*;", re.MULTILINE)
+            # docs/scaling.md's edit: " down" before the line's ";".
+            line = re.compile(rf"^(\s*server {re.escape(example)}[^;]*);", re.MULTILINE)
             text, found = line.subn(
                 r"\1 down;" if node in down else r"\g<0>", text)
             if found != 1:
@@ -409,19 +410,6 @@ http {{
         self.set_upstream(down=())
         done("back in nginx")
         return steps
-
-    def reload_node(self, node):
-        """``systemctl reload plantstore-web`` on ``node`` (SIGHUP to gunicorn's
-        master: new workers with the code and settings on disk, the old ones
-        stopped gracefully, the listening socket kept); returns when the old
-        workers have exited and the node is ready."""
-        master = self.processes[node].pid
-        old = children(master)
-        self.processes[node].popen.send_signal(signal.SIGHUP)
-        wait_until(lambda: not set(old) & set(children(master))
-                   and len(children(master)) == 2, 60,
-                   f"{node}'s old gunicorn workers did not make way", interval=0.05)
-        self.wait_ready(node)
 
     def creates_served(self):
         """``POST /plants`` lines in each web node's access log so far."""

@@ -235,26 +235,7 @@ def test_sigkill_of_a_web_node(healthy_fleet):
     checks.verify()
 
 
-# --- rolling reload and restart ---------------------------------------------
-
-def test_rolling_reload(healthy_fleet):
-    """``systemctl reload plantstore-web`` (SIGHUP) of both nodes under load,
-    as docs/scaling.md deploys new code: every answer a 2xx, every event
-    received."""
-    fleet, checks = healthy_fleet, Checks()
-    fleet.start_receiver("rolling-reload")
-    load = run_load(fleet, clients=8)
-    keep_running(2)
-    for node in WEB_NODES:
-        began = time.monotonic()
-        fleet.reload_node(node)
-        say(f"{node} reloaded, new workers ready in {time.monotonic() - began:.1f} s")
-    keep_running(2)
-    load.stop()
-    check_answers(checks, load)
-    check_deliveries(checks, fleet, answered_ids(load))
-    checks.verify()
-
+# --- rolling restart ------------------------------------------------------
 
 def test_rolling_restart(healthy_fleet):
     """docs/scaling.md's rolling restart of both nodes under load: no answer
