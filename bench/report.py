@@ -21,6 +21,7 @@ WEBHOOK_TARGET = 1.5    # p50 of a create with one receiver / with none
 FUSE_TARGET = 0.8       # create req/s with a hanging receiver / with a healthy one
 FUSE_READ_P99_MS = 100  # /healthz and GET /plants p99 meanwhile
 WORKER_TARGET = 1000    # deliveries/s by one worker on PostgreSQL
+FAIR_P95_TARGET_S = 2.0  # a quiet user's delivery delay beside slow receivers, p95
 TWO_WORKERS_TARGET = 1.6
 MEMORY_TARGET_MB = 60
 
@@ -104,6 +105,8 @@ def render(results, names, seconds, rounds, command, first_commit):
         lines += _fuse(results["fuse"])
     if "worker" in results:
         lines += _worker(results["worker"])
+    if "fair" in results:
+        lines += _fair(results["fair"])
     if "limiter" in results:
         lines += _limiter(results["limiter"])
     if "memory" in results:
@@ -161,6 +164,26 @@ def _fuse(fuse):
         f"plant delivered: {_verdict(complete)} (plants created include wrk's "
         "warm-up-free run only; a POST counted beyond the distinct ids is a resend after "
         "a timed-out attempt, never a concurrent one).", ""]
+    return lines
+
+
+def _fair(fair):
+    """A quiet user's delivery delays beside another user's slow receivers."""
+    lines = ["## Fair delivery: a quiet user beside slow receivers", "",
+             "User A's ten receivers answer 200 after 3 s (no breaker opens), user B's "
+             "at once; A creates with 3 clients and B with 2, one `plantstore worker` "
+             "running (`bench/fairness.py`). B's delay: from the create's answer to the "
+             "event's arrival at B's receiver.", "",
+             "| database | plants A / B | B p95 s | B largest s | B missing 10 s after "
+             "| A's events delivered |", "|---|---|---|---|---|---|"]
+    for backend, row in fair.items():
+        lines.append(f"| {backend} | {row['created A']:,} / {row['created B']:,} | "
+                     f"{row['B p95 s']:.2f} | {row['B max s']:.2f} | "
+                     f"{row['B missing 10 s after']} | {row['A delivered']:,} |")
+    met = all(row["B p95 s"] <= FAIR_P95_TARGET_S and not row["B missing 10 s after"]
+              for row in fair.values())
+    lines += ["", f"B's p95 <= {FAIR_P95_TARGET_S:g} s and none missing 10 s after the "
+              f"load: {_verdict(met)}.", ""]
     return lines
 
 

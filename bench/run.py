@@ -40,8 +40,11 @@ Environment:
   BENCH_OUTPUT          the report (default docs/performance.md for a whole
                         BENCH_COMPARE=1 run, else bench/results/latest.md)
   BENCH_ONLY            run just one measurement: fuse, webhook (create p50
-                        with a 1 ms receiver) or worker (see bench/webhooks.py)
+                        with a 1 ms receiver), worker (see bench/webhooks.py)
+                        or fair (bench/fairness.py)
   BENCH_FUSE_SECONDS    seconds of each fuse run (default 15)
+  BENCH_FAIR_SECONDS    seconds of the fair-delivery load (default 20; see
+                        bench/fairness.py)
   BENCH_WORKER_DELIVERIES  deliveries each drain-rate run starts with (5000)
 """
 import os
@@ -56,6 +59,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import databases
 import delay_proxy
+import fairness
 import load
 import report
 import seed
@@ -464,6 +468,12 @@ def measure_webhooks(runner, workdir, rounds, started, only, backends):
     if only in (None, "worker"):
         results["worker"] = webhooks.measure_worker(
             VENV_BIN, env_int("BENCH_WORKER_DELIVERIES", 5000), backends)
+    if only in (None, "fair"):
+        results["fair"] = {
+            backend.name: fairness.measure_fairness(
+                workdir, started, VENV_BIN, backend.url("fair"),
+                env_int("BENCH_FAIR_SECONDS", 20))
+            for backend in backends}
     for backend in backends:
         backend.drop_all()
     return results
@@ -508,8 +518,8 @@ def plantstore_server(url, name, workdir):
 
 def main():
     only = os.environ.get("BENCH_ONLY") or None
-    if only not in (None, "fuse", "webhook", "worker", "limiter"):
-        sys.exit(f"BENCH_ONLY={only!r}: use fuse, webhook, worker or limiter")
+    if only not in (None, "fuse", "webhook", "worker", "fair", "limiter"):
+        sys.exit(f"BENCH_ONLY={only!r}: use fuse, webhook, worker, fair or limiter")
     quick = os.environ.get("BENCH_QUICK") == "1"
     compare_yardsticks = quick or os.environ.get("BENCH_COMPARE") == "1"
     extras = not quick and os.environ.get("BENCH_EXTRAS", "1") != "0"
