@@ -109,6 +109,8 @@ def render(results, names, seconds, rounds, command, first_commit):
         lines += _fair(results["fair"])
     if "limiter" in results:
         lines += _limiter(results["limiter"])
+    if "tracing" in results:
+        lines += _tracing(results["tracing"])
     if "memory" in results:
         lines += _memory(results["memory"])
     return "\n".join(lines) + "\n"
@@ -350,6 +352,22 @@ def _limiter(limiter):
     lines += ["", f"Lowest ratio: **{worst:.3f}** (target >= {LIMITER_TARGET}: "
                   f"{_verdict(worst >= LIMITER_TARGET)}).", ""]
     return lines
+
+
+def _tracing(tracing):
+    """Requests with tracing off, and on at two sampling ratios."""
+    lines = ["## What tracing costs", "",
+             "SQLite, the same server with no `OTEL_*` variable, and with "
+             "`OTEL_EXPORTER_OTLP_ENDPOINT` set (spans exported over OTLP/HTTP to a sink "
+             "on loopback) and `OTEL_TRACES_SAMPLER=traceidratio` at 1.0 and 0.1:", "",
+             "| workload | tracing | req/s | p50 ms | p99 ms | req/s of off |",
+             "|---|---|---|---|---|---|"]
+    for workload, rows in tracing.items():
+        base = rows["tracing off"][0]
+        for name, (rps, p50, p99) in rows.items():
+            lines.append(f"| {workload} | {name.removeprefix('tracing ')} | {rps:,.0f} | "
+                         f"{p50:.2f} | {p99:.2f} | {rps / base:.3f} |")
+    return lines + [""]
 
 
 def _memory(memory):

@@ -32,6 +32,7 @@ Environment:
   BENCH_ROUNDS          runs per workload and server (default 3)
   BENCH_EXTRAS=0        skip the scale, webhook, limiter and memory measurements
   BENCH_ONLY=limiter    only the rate limiter's cost per request
+  BENCH_ONLY=tracing    only tracing's cost: off, on sampling 1.0 and 0.1
   BENCH_REDIS_URL       the Redis the limiter measurement counts in
                         (default redis://127.0.0.1:6379/8)
   BENCH_MEMORY_REQUESTS requests before memory is read (default 100000)
@@ -47,11 +48,13 @@ Environment:
                         bench/fairness.py)
   BENCH_WORKER_DELIVERIES  deliveries each drain-rate run starts with (5000)
 """
+import http.server
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -431,6 +434,64 @@ def measure_limiter(runner, workdir, rounds, started):
     return medians
 
 
+class _TraceSink(http.server.ThreadingHTTPServer):
+    """An OTLP/HTTP endpoint on loopback that accepts every export and keeps nothing."""
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), _TraceSinkHandler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+class _TraceSinkHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def measure_tracing(runner, workdir, rounds, started):
+    """GET /plants?limit=10 and POST /plants with tracing off, and on with every
+    trace sampled and one in ten (exported over OTLP/HTTP to a sink on loopback)."""
+    url = f"sqlite:///{workdir}/tracing.db"
+    token = seed.seed_plantstore(url, PLANTS)
+    sink = _TraceSink()
+    endpoint = f"http://127.0.0.1:{sink.server_address[1]}"
+    contenders = []
+    for name, env in (("off", {}),
+                      ("on, sampled 1.0", {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+                                           "OTEL_TRACES_SAMPLER": "traceidratio",
+                                           "OTEL_TRACES_SAMPLER_ARG": "1.0"}),
+                      ("on, sampled 0.1", {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+                                           "OTEL_TRACES_SAMPLER": "traceidratio",
+                                           "OTEL_TRACES_SAMPLER_ARG": "0.1"})):
+        server = start(servers.plantstore(url, workdir, VENV_BIN, env=env,
+                                          name=f"plantstore-tracing-{name[-3:].strip()}"),
+                       started)
+        contenders.append(Contender(f"tracing {name}", server, token))
+    results = {}
+    for workload in ("list10", "create"):
+        path = WORKLOADS[workload][1]
+        print(f"tracing: {workload} with tracing off and on", flush=True)
+        for contender in contenders:
+            runner.run(contender, path, seconds=1)
+        runs = runner.alternate(contenders, path, rounds)
+        results[workload] = {name: median_of(found) for name, found in runs.items()}
+        for name, (rps, p50, _) in results[workload].items():
+            print(f"  {name:<26} median {rps:9.0f} req/s  p50 {p50:6.2f} ms", flush=True)
+    for contender in contenders:
+        contender.server.stop()
+    sink.shutdown()
+    return results
+
+
 def measure_memory(runner, workdir, total, started):
     """VmRSS of each worker after warm-up and after ``total`` requests."""
     url = f"sqlite:///{workdir}/memory.db"
@@ -518,8 +579,8 @@ def plantstore_server(url, name, workdir):
 
 def main():
     only = os.environ.get("BENCH_ONLY") or None
-    if only not in (None, "fuse", "webhook", "worker", "fair", "limiter"):
-        sys.exit(f"BENCH_ONLY={only!r}: use fuse, webhook, worker, fair or limiter")
+    if only not in (None, "fuse", "webhook", "worker", "fair", "limiter", "tracing"):
+        sys.exit(f"BENCH_ONLY={only!r}: use fuse, webhook, worker, fair, limiter or tracing")
     quick = os.environ.get("BENCH_QUICK") == "1"
     compare_yardsticks = quick or os.environ.get("BENCH_COMPARE") == "1"
     extras = not quick and os.environ.get("BENCH_EXTRAS", "1") != "0"
@@ -554,6 +615,9 @@ def main():
         if only == "limiter":
             results = {"limiter": measure_limiter(runner, workdir, rounds, started)}
             return write(results, [])
+        if only == "tracing":
+            results = {"tracing": measure_tracing(runner, workdir, rounds, started)}
+            return write(results, [])
         for backend_name in databases.chosen(compare_yardsticks):
             backends.append(databases.backend(backend_name, workdir))
         if only:
@@ -573,6 +637,7 @@ def main():
         if extras:
             results.update(measure_webhooks(runner, workdir, rounds, started, None, backends))
             results["limiter"] = measure_limiter(runner, workdir, rounds, started)
+            results["tracing"] = measure_tracing(runner, workdir, rounds, started)
             results["memory"] = measure_memory(
                 runner, workdir, env_int("BENCH_MEMORY_REQUESTS", 100_000), started)
     finally:
