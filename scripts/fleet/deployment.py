@@ -49,6 +49,10 @@ LEASE_SECONDS = 8
 longer than a lease fits in a test; twice an attempt's deadline (1 + 3 s)."""
 RECEIVER_PORT = 8080
 DATABASE = "plantstore"
+RUN_DIR_PREFIX, RUNNING = "plantstore-fleet-", "running"
+"""A run's files are in a temporary directory named so; one holding RUNNING
+belongs to a run that never cleaned up (``FLEET_KEEP=1`` keeps the files of
+a run that did, without it)."""
 
 
 class Fleet:
@@ -121,10 +125,14 @@ class Fleet:
         """Bring the whole fleet up; on any failure, tear down what was started."""
         self.cleanups.enter_context(exclusive_run())
         sweep()  # namespaces a killed run left behind
-        self.dir = Path(tempfile.mkdtemp(prefix="plantstore-fleet-"))
+        for stale in Path(tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}*/{RUNNING}"):
+            shutil.rmtree(stale.parent, ignore_errors=True)  # and its files
+        self.dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
         self.dir.chmod(0o755)  # PostgreSQL and nginx's workers run as other users
+        (self.dir / RUNNING).touch()
         if os.environ.get("FLEET_KEEP"):
             self.cleanups.callback(print, f"fleet logs kept in {self.dir}")
+            self.cleanups.callback((self.dir / RUNNING).unlink)
         else:
             self.cleanups.callback(shutil.rmtree, self.dir, ignore_errors=True)
         self.network.create()
