@@ -11,7 +11,7 @@ import marshmallow as ma
 from flask import current_app, json, request
 from werkzeug.exceptions import HTTPException, InternalServerError
 
-from .db import DATABASE_FAILURES, is_unavailable
+from .db import DATABASE_FAILURES, database, is_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,9 @@ def handle_database_failure(error):
         return handle_unexpected_exception(error)
     reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
     log.warning("database unavailable: %s", reason)
+    # The pool's idle connections most likely died with this one (a server
+    # restart): drop them, so each does not fail a request of its own later.
+    database.close_idle()
     return database_unavailable_response()
 
 

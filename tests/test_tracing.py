@@ -117,7 +117,8 @@ class TestTracedInProcess:
             assert span.attributes["db.system.name"] == BACKEND
             assert span.attributes["db.query.text"].upper().startswith(span.name)
             assert "db.statement" not in span.attributes  # the stable conventions only
-        assert any('FROM "plant"' in span.attributes["db.query.text"] for span in statements)
+        assert any("FROM plant" in span.attributes["db.query.text"].replace('"', "")
+               for span in statements)
         if POSTGRES_URL:
             assert {span.attributes["db.namespace"] for span in statements} == {
                 POSTGRES_URL.rsplit("/", 1)[1]}
@@ -433,7 +434,8 @@ def test_one_trace_runs_from_the_caller_through_gunicorn_to_the_database(
     statements = [span for span in trace if span.parent_span_id == request.span_id]
     assert statements and all(span.kind == "CLIENT" for span in statements)
     assert {span.attributes["db.system.name"] for span in statements} == {BACKEND}
-    assert any('FROM "plant"' in span.attributes["db.query.text"] for span in statements)
+    assert any("FROM plant" in span.attributes["db.query.text"].replace('"', "")
+               for span in statements)
     # The access line, written after the span ended, leads to the same trace.
     line = wait_until(lambda: next((entry for entry in access_lines(server)
                                     if entry.get("trace_id") == trace_id), None),
