@@ -38,8 +38,7 @@ class Worker:
     def __init__(self, settings):
         self.settings = settings
         self.stopping = threading.Event()
-        self.tally = collections.Counter()
-        self._tally_lock = threading.Lock()
+        self.tally = collections.Counter()  # outcome kinds, counted by the writer's thread
         self.slots = Slots(settings.worker_threads, settings.sends_per_receiver)
         self.writer = OutcomeWriter(settings, on_written=self._count)
         self.maintenance = Maintenance(settings)
@@ -47,8 +46,7 @@ class Worker:
             settings.worker_threads, thread_name_prefix="webhook-send")
 
     def _count(self, kinds):
-        with self._tally_lock:
-            self.tally.update(kind or "unrecorded" for kind in kinds)
+        self.tally.update(kind or "unrecorded" for kind in kinds)
 
     def stop(self):
         """Start no more attempts; those under way end by their deadline
