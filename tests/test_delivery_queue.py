@@ -32,8 +32,8 @@ from plantstore.webhooks.worker import Worker
 from plugins.webhooks import Answer, overlapping_sends, store_plants, subscribe
 
 postgres_only = pytest.mark.skipif(
-    not POSTGRES_URL, reason="PostgreSQL only: table locks, and hosts whose clocks disagree "
-                             "(SQLite serves one host)")
+    not POSTGRES_URL, reason="PostgreSQL only: SQLite serves one host (one clock) and runs "
+                             "one write transaction at a time")
 
 ROOMY = 1000
 """A room no test fills: no cap in the way."""
@@ -154,12 +154,13 @@ def test_a_web_sender_gives_back_unsent_a_job_whose_lease_would_end_during_its_a
 
 # --- no event under way twice at once, against the odds ------------------------
 
-# Attempts end within 1.5 s; a lease is 4 s (twice that, plus one second).
+# Attempts end within 1.5 s; a lease is twice that plus a second, as the
+# settings make it at least.
 RACING = {"WEBHOOK_CONNECT_TIMEOUT": 0.5, "WEBHOOK_READ_TIMEOUT": 1.0,
           "WEBHOOK_LEASE_SECONDS": 2, "WEBHOOK_RETRY_SCHEDULE": "0,0,0,0,0",
           "WEBHOOK_BREAKER_THRESHOLD": 1000, "WORKER_POLL_INTERVAL": 0.1,
           "WORKER_THREADS": 8, "WEBHOOK_SENDS_PER_RECEIVER": 4}
-LEASE = 4.0
+LEASE = 2 * (RACING["WEBHOOK_CONNECT_TIMEOUT"] + RACING["WEBHOOK_READ_TIMEOUT"]) + 1
 
 
 def worker_environment(database_url, settings, **extra):
@@ -168,6 +169,7 @@ def worker_environment(database_url, settings, **extra):
 
 
 def undelivered():
+    """How many deliveries are not delivered yet."""
     return Delivery.select().where(Delivery.status != Delivery.DELIVERED).count()
 
 
@@ -193,7 +195,7 @@ def test_a_table_lock_held_past_every_lease_never_puts_an_event_under_way_twice(
         worker.wait_started()
     events = 150
     store_plants(app, range(events), give_back=True)
-    receiver.wait_for(10, timeout=60)  # both drain
+    receiver.wait_for(10, timeout=60)  # the drain is under way
 
     holder = psycopg2.connect(POSTGRES_URL)
     try:
@@ -308,6 +310,33 @@ def backlog(app, alice, bob):
     owners.bob_subscription = subscription_of("bob")
     store_plants(app, (100, 101), owner="bob", give_back=True)
     return owners
+
+
+@postgres_only
+def test_a_claim_racing_another_takes_the_next_due_deliveries_not_nothing(app, runner, alice):
+    subscribe(runner, "http://127.0.0.1:9/hook")
+    settings = settings_of(app)
+    store_plants(app, range(10), give_back=True)
+    claimed, holding, release = [], threading.Event(), threading.Event()
+
+    def claim_and_hold_its_transaction_open():
+        with database.connection_context(), database.atomic():
+            claimed.extend(claim(settings, limit=2, receiver_room=4))
+            holding.set()
+            release.wait(timeout=60)
+    first = threading.Thread(target=claim_and_hold_its_transaction_open)
+    first.start()
+    try:
+        assert holding.wait(timeout=30)
+        # Its leases are not committed yet: this claim cannot see them, and
+        # must skip the rows it holds, not give up.
+        racing = claim(settings, limit=2, receiver_room=4)
+    finally:
+        release.set()
+        first.join(timeout=60)
+
+    assert len(claimed) == 2 and len(racing) == 2
+    assert not {job.delivery_id for job in claimed} & {job.delivery_id for job in racing}
 
 
 def per_owner(jobs):

@@ -65,17 +65,15 @@ WITH receiver_room (subscription_id, room) AS (
     SELECT c.*, row_number() OVER (PARTITION BY c.owner_key
                                    ORDER BY c.nth, c.next_attempt_at, c.id) AS owner_nth
     FROM candidate c
-), chosen AS (
-    SELECT t.id FROM turn t
+), locked AS (  -- in turn order, skipping rows another claim holds (never
+                -- waiting for them): the next candidates take their place
+    SELECT d.id, d.subscription_id FROM turn t JOIN delivery d ON d.id = t.id
     WHERE t.owner_nth <= coalesce((SELECT room FROM owner_room o
                                    WHERE o.owner_key = t.owner_key), %(owner_room)s)
+      AND d.status = 'pending' AND (d.locked_until IS NULL OR d.locked_until <= {NOW})
     ORDER BY t.owner_nth, t.next_attempt_at, t.id
     LIMIT %(limit)s
-), locked AS (  -- rows another claim holds are skipped, never waited for
-    SELECT d.id, d.subscription_id FROM delivery d
-    WHERE d.id IN (SELECT id FROM chosen) AND d.status = 'pending'
-      AND (d.locked_until IS NULL OR d.locked_until <= {NOW})
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF d SKIP LOCKED
 ), probe AS (  -- an open breaker's next probe, taken by one claim only
     UPDATE subscription s
     SET breaker_probe_at = {NOW} + %(cooldown)s * interval '1 second'
