@@ -313,7 +313,9 @@ def backlog(app, alice, bob):
 
 
 @postgres_only
-def test_a_claim_racing_another_takes_the_next_due_deliveries_not_nothing(app, runner, alice):
+@pytest.mark.parametrize("limit", [2, 4], ids=["part of the room", "the whole room"])
+def test_a_claim_racing_another_takes_the_next_due_deliveries_not_nothing(app, runner, alice,
+                                                                          limit):
     subscribe(runner, "http://127.0.0.1:9/hook")
     settings = settings_of(app)
     store_plants(app, range(10), give_back=True)
@@ -321,7 +323,7 @@ def test_a_claim_racing_another_takes_the_next_due_deliveries_not_nothing(app, r
 
     def claim_and_hold_its_transaction_open():
         with database.connection_context(), database.atomic():
-            claimed.extend(claim(settings, limit=2, receiver_room=4))
+            claimed.extend(claim(settings, limit=limit, receiver_room=4))
             holding.set()
             release.wait(timeout=60)
     first = threading.Thread(target=claim_and_hold_its_transaction_open)
@@ -330,12 +332,12 @@ def test_a_claim_racing_another_takes_the_next_due_deliveries_not_nothing(app, r
         assert holding.wait(timeout=30)
         # Its leases are not committed yet: this claim cannot see them, and
         # must skip the rows it holds, not give up.
-        racing = claim(settings, limit=2, receiver_room=4)
+        racing = claim(settings, limit=limit, receiver_room=4)
     finally:
         release.set()
         first.join(timeout=60)
 
-    assert len(claimed) == 2 and len(racing) == 2
+    assert len(claimed) == limit and len(racing) == limit
     assert not {job.delivery_id for job in claimed} & {job.delivery_id for job in racing}
 
 

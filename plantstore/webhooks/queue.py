@@ -212,28 +212,35 @@ def claim(limit, settings, receiver_room, owner_room, rooms=None, owner_rooms=No
         return _jobs_of(chosen, leased_at, settings)
 
 
-_SQLITE_CANDIDATES = """
-SELECT id, subscription_id, owner_key, breaker_open FROM (
-    SELECT d.id, d.subscription_id, d.next_attempt_at,
-           coalesce(s.owner_id, 0) AS owner_key,
-           s.breaker_opened_at IS NOT NULL AS breaker_open,
-           row_number() OVER (PARTITION BY d.subscription_id
-                              ORDER BY d.next_attempt_at, d.id) AS nth
-    FROM delivery d JOIN subscription s ON s.id = d.subscription_id
-    WHERE d.status = 'pending' AND d.next_attempt_at <= :due_by
-      AND (d.locked_until IS NULL OR d.locked_until <= :now) AND s.is_active
-      AND (s.breaker_opened_at IS NULL OR s.breaker_probe_at <= :now))
-WHERE nth <= :most ORDER BY next_attempt_at, id
+_SQLITE_RECEIVERS = """
+SELECT id, coalesce(owner_id, 0), breaker_opened_at IS NOT NULL FROM subscription
+WHERE is_active AND (breaker_opened_at IS NULL OR breaker_probe_at <= :now)
+"""
+
+_SQLITE_DUE = """
+SELECT id, next_attempt_at FROM delivery
+WHERE subscription_id = :subscription AND status = 'pending' AND next_attempt_at <= :due_by
+  AND (locked_until IS NULL OR locked_until <= :now)
+ORDER BY next_attempt_at, id LIMIT :most
 """
 
 
 def _sqlite_candidates(most_per_receiver, due_by):
     """(delivery id, subscription id, owner key, breaker open) of the due,
     unleased deliveries of active subscriptions, at most ``most_per_receiver``
-    of each, most overdue first."""
-    return database.execute_sql(_SQLITE_CANDIDATES, {
-        "now": clock.now(), "due_by": due_by or clock.now(),
-        "most": most_per_receiver}).fetchall()
+    of each (read through ``delivery_due_per_subscription``, so a claim
+    costs the same however long the backlog), most overdue first."""
+    now = clock.now()
+    due = []
+    for subscription_id, owner_key, breaker_open in database.execute_sql(
+            _SQLITE_RECEIVERS, {"now": now}).fetchall():
+        rows = database.execute_sql(_SQLITE_DUE, {
+            "subscription": subscription_id, "due_by": due_by or now, "now": now,
+            "most": most_per_receiver}).fetchall()
+        due.extend((next_attempt_at, delivery_id, subscription_id, owner_key, breaker_open)
+                   for delivery_id, next_attempt_at in rows)
+    due.sort(key=lambda row: row[:2])
+    return [row[1:] for row in due]
 
 
 def _fair_choice(candidates, limit, receiver_room, owner_room, rooms, owner_rooms,

@@ -45,7 +45,8 @@ WITH receiver_room (subscription_id, room) AS (
 ), owner_room (owner_key, room) AS (
     SELECT * FROM unnest(%(owner_keys)s::int[], %(owner_rooms)s::int[])
 ), candidate AS (  -- the most overdue few of each subscription, at most its room
-    SELECT due.id, due.next_attempt_at, due.nth, coalesce(s.owner_id, 0) AS owner_key
+    SELECT due.id, s.id AS subscription_id, due.next_attempt_at, due.nth,
+           coalesce(s.owner_id, 0) AS owner_key
     FROM subscription s
     CROSS JOIN LATERAL (
         SELECT d.id, d.next_attempt_at,
@@ -65,15 +66,27 @@ WITH receiver_room (subscription_id, room) AS (
     SELECT c.*, row_number() OVER (PARTITION BY c.owner_key
                                    ORDER BY c.nth, c.next_attempt_at, c.id) AS owner_nth
     FROM candidate c
-), locked AS (  -- in turn order, skipping rows another claim holds (never
-                -- waiting for them): the next candidates take their place
-    SELECT d.id, d.subscription_id FROM turn t JOIN delivery d ON d.id = t.id
-    WHERE t.owner_nth <= coalesce((SELECT room FROM owner_room o
-                                   WHERE o.owner_key = t.owner_key), %(owner_room)s)
-      AND d.status = 'pending' AND (d.locked_until IS NULL OR d.locked_until <= {NOW})
-    ORDER BY t.owner_nth, t.next_attempt_at, t.id
-    LIMIT %(limit)s
-    FOR UPDATE OF d SKIP LOCKED
+), share AS (  -- how many each subscription gets: the first turns, up to the limit
+    SELECT subscription_id, count(*) AS taken FROM (
+        SELECT t.subscription_id FROM turn t
+        WHERE t.owner_nth <= coalesce((SELECT room FROM owner_room o
+                                       WHERE o.owner_key = t.owner_key), %(owner_room)s)
+        ORDER BY t.owner_nth, t.next_attempt_at, t.id
+        LIMIT %(limit)s) first_turns
+    GROUP BY subscription_id
+), locked AS (  -- each subscription's share, most overdue first, skipping rows
+                -- another claim holds (never waiting for them): the next due
+                -- rows take their place
+    SELECT mine.id, share.subscription_id FROM share
+    CROSS JOIN LATERAL (
+        SELECT d.id FROM delivery d
+        WHERE d.subscription_id = share.subscription_id AND d.status = 'pending'
+          AND d.next_attempt_at <= coalesce(%(due_by)s::timestamp, {NOW})
+          AND (d.locked_until IS NULL OR d.locked_until <= {NOW})
+        ORDER BY d.next_attempt_at, d.id
+        LIMIT share.taken
+        FOR UPDATE SKIP LOCKED
+    ) mine
 ), probe AS (  -- an open breaker's next probe, taken by one claim only
     UPDATE subscription s
     SET breaker_probe_at = {NOW} + %(cooldown)s * interval '1 second'
@@ -84,7 +97,8 @@ WITH receiver_room (subscription_id, room) AS (
 UPDATE delivery d
 SET lease = d.lease + 1, locked_until = {NOW} + %(lease_seconds)s * interval '1 second'
 FROM subscription s
-WHERE d.id IN (SELECT id FROM locked) AND s.id = d.subscription_id
+WHERE d.id = ANY(ARRAY(SELECT id FROM locked))  -- by its key, however many are due
+  AND s.id = d.subscription_id
   AND (s.breaker_opened_at IS NULL OR s.id IN (SELECT id FROM probe))
 RETURNING {JOB_COLUMNS}
 """
