@@ -4,6 +4,7 @@ the kept query-string arguments against a fresh schema load, the plant
 bodies of the list and the create against the marshmallow schema's dump,
 SQLite's write turns against SQLite's own locking, and the access line
 written directly against the one logging would write."""
+import dataclasses
 import datetime
 import io
 import logging
@@ -28,7 +29,8 @@ from plantstore.logs import REQUEST_ID_ENVIRON_KEY, JSONFormatter
 from plantstore.models import Plant, Subscription, User, utcnow
 from plantstore.plants import queries
 from plantstore.plants.schemas import PlantQueryArgsSchema, PlantSchema, plant_json
-from plantstore.webhooks import audience
+from plantstore.webhooks import config as webhook_config
+from plantstore.webhooks import queue
 
 
 def peewee_page(caller, after, limit):
@@ -145,11 +147,13 @@ def test_created_plant_body_is_byte_for_byte_the_schema_dump(app, client, alice)
         assert response.data == documented.encode()
 
 
-def test_the_subscriptions_hearing_about_a_users_plant_are_the_active_ones_it_may_see(
-        app, alice):
+def test_a_stored_plants_jobs_are_what_a_claim_of_its_deliveries_reads(app, alice, bob):
+    """The jobs a create builds from its own statements (SQL text on SQLite,
+    one statement on PostgreSQL) hold what a claim reads back from the rows
+    they wrote: the same delivery, its subscription's address, credentials
+    and secrets; and only the active subscriptions that hear about it."""
     with app.app_context():
-        owner = User.get(User.name == "alice").id
-        assert list(audience.hearing_about(owner)) == []
+        alice_id, bob_id = (User.get(User.name == name).id for name in ("alice", "bob"))
         with db.database.atomic():
             Subscription.create(url="http://127.0.0.1:1/a", secret="whsec_a",
                                 retired_secrets='[{"secret": "whsec_old", '
@@ -157,12 +161,19 @@ def test_the_subscriptions_hearing_about_a_users_plant_are_the_active_ones_it_ma
             Subscription.create(url="http://127.0.0.1:1/b", secret="whsec_b",
                                 is_active=False, disabled_reason="410")
             Subscription.create(url="http://127.0.0.1:1/c", secret="whsec_c",
-                                bearer_token="t", owner=owner)
-        compiled = list(audience.hearing_about(owner))
-        expected = list(Subscription.select().where(Subscription.is_active == True)  # noqa: E712
-                        .order_by(Subscription.id))
-    assert [s.__data__ for s in compiled] == [s.__data__ for s in expected]
-    assert len(compiled) == 2
+                                bearer_token="t", owner=alice_id)
+            Subscription.create(url="http://127.0.0.1:1/d", secret="whsec_d", owner=bob_id)
+        settings = webhook_config.settings_of(app)
+        stored = queue.store_plant(Plant(id=1, owner=alice_id, name="fern"), "plant.created",
+                                   '{"id": 1}', settings, traceparent="00-abc-def-01")
+        queue.give_back(stored)
+        claimed = queue.claim(10, settings, 10, 10)
+
+    def without_lease(jobs):
+        return sorted((dataclasses.replace(job, lease=0, leased_at=0) for job in jobs),
+                      key=lambda job: job.delivery_id)
+    assert sorted(job.url for job in stored) == ["http://127.0.0.1:1/a", "http://127.0.0.1:1/c"]
+    assert without_lease(stored) == without_lease(claimed)
 
 
 @pytest.fixture

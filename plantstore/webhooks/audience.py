@@ -5,21 +5,13 @@ plant; a user's (made through the API) hears about the plants its owner
 creates, and about every plant when its owner is an admin. Through the API
 a user sees only their own subscriptions; an admin sees every one.
 """
-from peewee import JOIN
+from ..models import Subscription
 
-from ..models import Subscription, User
-
-
-def hearing_about(owner_id):
-    """The active subscriptions told about a new plant of user ``owner_id``
-    (on PostgreSQL the create's one statement says the same: see
-    ``queue_sql.STORE_PLANT_WITH_DELIVERIES``)."""
-    return (Subscription.select(Subscription)
-            .join(User, JOIN.LEFT_OUTER, on=(Subscription.owner == User.id))
-            .where(Subscription.is_active == True,  # noqa: E712
-                   Subscription.owner.is_null() | (Subscription.owner == owner_id)
-                   | (User.is_admin == True))  # noqa: E712
-            .order_by(Subscription.id))
+HEARING_ABOUT = """subscription s LEFT JOIN "user" u ON u.id = s.owner_id
+WHERE s.is_active AND (s.owner_id IS NULL OR s.owner_id = {owner} OR u.is_admin)"""
+"""SQL (a FROM clause): the active subscriptions ``s`` told about a new plant
+of the user ``{owner}`` (a parameter marker); the statements that store a
+plant select from it (see ``queue.store_plant``)."""
 
 
 def visible_to(caller):

@@ -32,9 +32,10 @@ import uuid
 from peewee import fn
 
 from .. import clock, metrics
-from ..db import database, is_sqlite
-from ..models import Attempt, Delivery, Plant, Subscription
-from . import audience, backlog, breaker, queue_sql
+from ..db import Statement, database, is_sqlite
+from ..models import Attempt, Delivery, Subscription
+from . import backlog, breaker, queue_sql
+from .audience import HEARING_ABOUT
 from .secrets import signing_secrets
 
 log = logging.getLogger(__name__)
@@ -145,18 +146,42 @@ def store_plant(plant, event_type, payload, settings, traceparent=None):
         jobs = [Job.from_row(row, leased_at, settings.lease_seconds) for row in rows]
     else:
         with database.atomic():
-            Plant.insert(id=plant.id, owner=plant.owner_id, name=plant.name, tag=plant.tag,
-                         created_at=clock.now()).execute()
-            ids = [_insert_delivery(subscription.id, event_type, payload, traceparent,
-                                    lease_seconds=None if breaker.is_open(subscription)
-                                    else settings.lease_seconds)
-                   for subscription in audience.hearing_about(plant.owner_id)]
-            jobs = _jobs_of(ids, leased_at, settings) if ids else []
+            _SQLITE_INSERT_PLANT.rows(plant.id, plant.owner_id, plant.name, plant.tag,
+                                      clock.now())
+            jobs = [_sqlite_enqueue(subscription, event_type, payload, traceparent,
+                                    leased_at, settings)
+                    for subscription in _SQLITE_AUDIENCE.rows(plant.owner_id)]
     to_send = [job for job in jobs if not job.breaker_open]
     for _ in range(len(jobs) - len(to_send)):
         metrics.count_left_to_worker("breaker open")
         backlog.note_left_to_workers()
     return to_send
+
+
+# SQL text (see db.Statement): compiling these as peewee queries cost a
+# create on SQLite about half its CPU (860 against 380 µs, in-process).
+_SQLITE_INSERT_PLANT = Statement(
+    "INSERT INTO plant (id, owner_id, name, tag, created_at) VALUES ({p}, {p}, {p}, {p}, {p})")
+_SQLITE_AUDIENCE = Statement(
+    "SELECT s.id, s.owner_id, s.url, s.bearer_token, s.secret, s.retired_secrets, "
+    f"s.breaker_opened_at IS NOT NULL FROM {HEARING_ABOUT.format(owner='{p}')} ORDER BY s.id")
+_SQLITE_INSERT_DELIVERY = Statement(
+    "INSERT INTO delivery (subscription_id, message_id, event_type, payload, status, attempts, "
+    "lease, next_attempt_at, locked_until, created_at, traceparent) "
+    "VALUES ({p}, {p}, {p}, {p}, {p}, 0, 1, {p}, {p}, {p}, {p})")
+
+
+def _sqlite_enqueue(subscription, event_type, payload, traceparent, leased_at, settings):
+    """Insert the delivery of one ``_SQLITE_AUDIENCE`` row; its job (leased
+    unless the receiver's breaker is open)."""
+    breaker_open = subscription[-1]
+    message_id, now = f"msg_{uuid.uuid4().hex}", clock.now()
+    lease_until = None if breaker_open else clock.after(settings.lease_seconds)
+    delivery_id = _SQLITE_INSERT_DELIVERY.execute(
+        subscription[0], message_id, event_type, payload, Delivery.PENDING, now,
+        lease_until, now, traceparent).lastrowid
+    return Job(delivery_id, message_id, payload, 0, 1, traceparent, *subscription[:-1],
+               bool(breaker_open), leased_at=leased_at, lease_seconds=settings.lease_seconds)
 
 
 def _insert_delivery(subscription_id, event_type, payload, traceparent=None,

@@ -10,6 +10,7 @@ Rows come back as ``JOB_COLUMNS`` (see ``queue.Job``).
 """
 
 from ..clock import POSTGRES_NOW as NOW
+from .audience import HEARING_ABOUT
 
 JOB_COLUMNS = ("d.id, d.message_id, d.payload, d.attempts, d.lease, d.traceparent, "
                "s.id, s.owner_id, s.url, s.bearer_token, s.secret, s.retired_secrets, "
@@ -21,8 +22,7 @@ WITH plant AS (
     VALUES (%(id)s, %(owner)s, %(name)s, %(tag)s, {NOW})
     RETURNING id
 ), s AS (  -- the active subscriptions that hear about a plant of this owner
-    SELECT s.* FROM subscription s LEFT JOIN "user" u ON u.id = s.owner_id
-    WHERE s.is_active AND (s.owner_id IS NULL OR s.owner_id = %(owner)s OR u.is_admin)
+    SELECT s.* FROM {HEARING_ABOUT.format(owner="%(owner)s")}
 ), d AS (  -- leased to this process unless the receiver's breaker is open
     INSERT INTO delivery (subscription_id, message_id, event_type, payload, status,
                           attempts, lease, next_attempt_at, locked_until, created_at,
