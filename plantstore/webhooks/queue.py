@@ -456,26 +456,31 @@ def _write_postgresql(decided, settings):
     return {delivery_id for delivery_id, in rows}
 
 
+# SQL text (see db.Statement): a web process on SQLite writes every
+# outcome; as peewee queries their compiling doubled a batch's CPU.
+_SQLITE_MOVE_ON = Statement(
+    "UPDATE delivery SET status = {p}, attempts = attempts + 1, last_error = {p}, "
+    "locked_until = NULL, delivered_at = {p}, next_attempt_at = coalesce({p}, next_attempt_at) "
+    "WHERE id = {p} AND lease = {p}")
+_SQLITE_LOG_ATTEMPT = Statement(
+    "INSERT INTO attempt (delivery_id, started_at, status_code, error, duration_ms) "
+    "VALUES ({p}, {p}, {p}, {p}, {p})")
+
+
 def _write_sqlite(decided, settings):
     written = set()
     with database.atomic():
         for job, result, outcome in decided:
-            changes = {Delivery.status: outcome.status, Delivery.attempts: Delivery.attempts + 1,
-                       Delivery.last_error: _last_error(result), Delivery.locked_until: None,
-                       Delivery.delivered_at: clock.now() if outcome.kind == DELIVERED else None}
-            if outcome.retry_in is not None:
-                changes[Delivery.next_attempt_at] = clock.after(outcome.retry_in)
-            if (Delivery.update(changes)
-                    .where(Delivery.id == job.delivery_id, Delivery.lease == job.lease)
-                    .execute()):
+            moved_on = _SQLITE_MOVE_ON.execute(
+                outcome.status, _last_error(result),
+                clock.now() if outcome.kind == DELIVERED else None,
+                None if outcome.retry_in is None else clock.after(outcome.retry_in),
+                job.delivery_id, job.lease).rowcount
+            if moved_on:
                 written.add(job.delivery_id)
-        logged = [(job.delivery_id, result.started_at, result.status_code, result.error,
-                   result.duration_ms) for job, result, _ in decided
-                  if job.delivery_id in written]
-        if logged:
-            Attempt.insert_many(logged, fields=(Attempt.delivery, Attempt.started_at,
-                                                Attempt.status_code, Attempt.error,
-                                                Attempt.duration_ms)).execute()
+                _SQLITE_LOG_ATTEMPT.execute(job.delivery_id, result.started_at,
+                                            result.status_code, result.error,
+                                            result.duration_ms)
         for subscription_id, (closed, failures, succeeded) in _receiver_changes(decided).items():
             changes = breaker.changes(closed, failures, settings)
             if succeeded:
