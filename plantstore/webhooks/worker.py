@@ -53,10 +53,9 @@ class Worker:
         (safe from a signal handler)."""
         self.stopping.set()
 
-    def _claim(self, free, due_by):
-        room = self.slots.room()
+    def _claim(self, room, due_by):
         with tracing.claim_span() as span:
-            jobs = queue.claim(min(free, room.free, self.settings.batch_size), self.settings,
+            jobs = queue.claim(min(room.free, self.settings.batch_size), self.settings,
                                room.receiver_default, room.owner_default, room.receivers,
                                room.owners, due_by=due_by)
             span.claimed(job.traceparent for job in jobs)
@@ -81,9 +80,10 @@ class Worker:
         """Claim and attempt due deliveries until stopped (or, with
         ``until_idle``, until nothing is due and nothing is under way)."""
         while not self.stopping.is_set():
-            free = self.slots.room().free
+            room = self.slots.room()
+            free = room.free
             busy = self.slots.held() or self.writer.unwritten()
-            jobs = self._claim(free, due_by) if free else []
+            jobs = self._claim(room, due_by) if free else []
             self._start(jobs)
             if free and len(jobs) == free:
                 continue  # there may be more, for other receivers
