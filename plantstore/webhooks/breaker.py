@@ -47,8 +47,8 @@ def streak_change(results):
 def changes(closed, failures, settings):
     """The subscription columns an ended batch of its attempts changes, as an
     UPDATE's mapping (empty when none), from ``streak_change``'s ``closed``
-    and ``failures``. Times are the database's (``queue_sql.RECORD_OUTCOMES``
-    applies the same rules on PostgreSQL)."""
+    and ``failures``. Times are the database's (``plantstore_record_outcomes``
+    of migration 0008 applies the same rules on PostgreSQL)."""
     if not closed and not failures:
         return {}
     now, next_probe = clock.now(), clock.after(settings.breaker_cooldown)

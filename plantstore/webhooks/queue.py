@@ -18,7 +18,8 @@ plus ``LEASE_MARGIN_SECONDS`` left, counted from before the claim was sent
 on this process's monotonic clock (``Job.lease_left``): no other sender can
 take the row while the attempt is under way, whatever the hosts' clocks say.
 
-On PostgreSQL each operation is one statement (``queue_sql``); on SQLite
+On PostgreSQL each operation is one statement (``queue_sql``; the claim
+and the outcome batch call functions of migration 0008); on SQLite
 (one host) the same operations are peewee queries in one transaction, and
 SQL text (``db.Statement``) where a create or an outcome runs them.
 """
@@ -271,7 +272,7 @@ def _sqlite_candidates(most_per_receiver, due_by):
 
 def _fair_choice(candidates, limit, receiver_room, owner_room, rooms, owner_rooms,
                  settings):
-    """The claim's choice on SQLite, as ``queue_sql.CLAIM`` makes it."""
+    """The claim's choice on SQLite, as PostgreSQL's ``plantstore_claim`` makes it."""
     by_receiver = collections.Counter()
     per_owner = collections.defaultdict(list)  # owner -> [(nth of its receiver, id)]
     probes = set()
