@@ -9,6 +9,8 @@ import datetime
 import io
 import logging
 import re
+import subprocess
+import sys
 import threading
 import time
 
@@ -20,7 +22,7 @@ from hypothesis import strategies as st
 from peewee import IntegrityError, OperationalError
 from webargs.flaskparser import FlaskParser
 
-from helpers import assert_error, bearer, seed
+from helpers import assert_error, bearer, seed, wait_until
 from plantstore import db
 from plantstore.api import Blueprint
 from plantstore.auth import find_caller, issue_token
@@ -229,6 +231,47 @@ def test_a_sqlite_writer_waits_its_turn_no_longer_than_the_busy_timeout(sqlite_f
     assert isinstance(error, OperationalError) and "locked" in str(error)
     assert 0.15 < waited < 5
     assert in_thread(write) is None
+
+
+HOLD_A_WRITE = """
+import pathlib, sys
+from plantstore import db
+database = db.database_from_url(sys.argv[1])
+with database.connection_context(), database.atomic():
+    database.execute_sql("INSERT INTO t VALUES (7)")
+    pathlib.Path(sys.argv[2]).touch()
+    sys.stdin.readline()  # until the test says so (or closes the pipe)
+"""
+
+
+def test_a_sqlite_writer_waits_for_another_process_no_longer_than_the_busy_timeout(
+        sqlite_file, tmp_path):
+    """Another process in the middle of a write transaction: this one's
+    writer gives up after its bound (SQLite's own busy timeout is 30 s),
+    and writes once the other has committed."""
+    holding = tmp_path / "holding"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_A_WRITE, f"sqlite:///{sqlite_file.database}", holding],
+        stdin=subprocess.PIPE, text=True)
+    try:
+        wait_until(holding.exists, timeout=30, message="the other process's transaction")
+        sqlite_file._wait_seconds = 0.2
+
+        def write():
+            with sqlite_file.connection_context(), sqlite_file.atomic():
+                sqlite_file.execute_sql("INSERT INTO t VALUES (3)")
+        started = time.monotonic()
+        error = in_thread(write)
+        waited = time.monotonic() - started
+        assert isinstance(error, OperationalError) and "locked" in str(error)
+        assert 0.15 < waited < 5
+        holder.communicate("\n", timeout=30)
+        assert holder.returncode == 0
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert in_thread(write) is None
+    assert sqlite_file.execute_sql("SELECT id FROM t ORDER BY id").fetchall() == [(3,), (7,)]
 
 
 def test_concurrent_sqlite_writers_of_one_process_all_commit(sqlite_file):

@@ -113,16 +113,14 @@ class Job:
         return signing_secrets(self, clock.local_now())
 
 
-_SQLITE_JOB_COLUMNS = (
-    Delivery.id, Delivery.message_id, Delivery.payload, Delivery.attempts, Delivery.lease,
-    Delivery.traceparent, Subscription.id, Subscription.owner, Subscription.url,
-    Subscription.bearer_token, Subscription.secret, Subscription.retired_secrets,
-    Subscription.breaker_opened_at.is_null(False))
-
-
 def _jobs_of(delivery_ids, leased_at, settings):
-    rows = (Delivery.select(*_SQLITE_JOB_COLUMNS).join(Subscription)
-            .where(Delivery.id.in_(delivery_ids)).order_by(Delivery.id).tuples())
+    """The jobs of deliveries just leased (SQL text: as a peewee query, its
+    compiling cost more than a SQLite claim's other work together)."""
+    ids = ", ".join([database.obj.param] * len(delivery_ids))
+    rows = database.execute_sql(
+        f"SELECT {queue_sql.JOB_COLUMNS} FROM delivery d "
+        f"JOIN subscription s ON s.id = d.subscription_id WHERE d.id IN ({ids}) ORDER BY d.id",
+        list(delivery_ids)).fetchall()
     return [Job.from_row(row, leased_at, settings.lease_seconds) for row in rows]
 
 
@@ -233,9 +231,10 @@ def claim(limit, settings, receiver_room, owner_room, rooms=None, owner_rooms=No
                               rooms, owner_rooms, settings)
         if not chosen:
             return []
-        (Delivery.update(lease=Delivery.lease + 1,
-                         locked_until=clock.after(settings.lease_seconds))
-         .where(Delivery.id.in_(chosen)).execute())
+        ids = ", ".join("?" * len(chosen))
+        database.execute_sql(f"UPDATE delivery SET lease = lease + 1, locked_until = ? "
+                             f"WHERE id IN ({ids})",
+                             [clock.after(settings.lease_seconds), *chosen])
         return _jobs_of(chosen, leased_at, settings)
 
 
