@@ -4,33 +4,38 @@ A client that retries a create with the same key gets the first answer again
 instead of a second effect. Keys belong to a user and live in the database
 (``IdempotencyKey``), so every process and machine sees them:
 
-- a request with a key runs in one database transaction that claims the
-  key, runs the view and stores its answer, so a stored answer always
-  matches what happened; the webhook events of a create go out once that
-  transaction commits;
-- the claim is held by that transaction and by nothing else: the key's row,
-  inserted and not yet committed, and on PostgreSQL a transaction-level
-  advisory lock on the key (``pg_try_advisory_xact_lock``; nothing kept in
-  the session, so PgBouncer's transaction pooling is fine). Both end with
-  the transaction: committed, rolled back, or its connection gone, so the
-  key of a process that died is free as soon as the database notices;
+- the key is claimed, and its answer stored, together with the create's
+  effect: on PostgreSQL in the create's own statement (the view passes its
+  answer, known before it writes, with ``answering``; the statement claims
+  the key and writes nothing if it is taken, see
+  ``queue_sql.STORE_KEYED_PLANT_WITH_DELIVERIES``), so a keyed create costs
+  the same statements as one without; on SQLite in one transaction that
+  claims the key, runs the view and stores its answer. Either way a stored
+  answer always matches what happened, and the webhook events of a create
+  go out once it commits;
+- the claim is held by that statement or transaction and by nothing else:
+  the key's row, inserted and not yet committed, and on PostgreSQL a
+  transaction-level advisory lock on the key (``pg_try_advisory_xact_lock``;
+  nothing kept in the session, so PgBouncer's transaction pooling is fine).
+  Both end with it, so a key is never left held by a process that died;
 - a stored answer comes first: the same key with the same method, path and
   arguments → the stored answer, with ``Idempotent-Replayed: true``,
   whatever else holds the key; different arguments → 422; a key with no
   stored answer that another request holds → 409 with ``Retry-After``, at
   once (the advisory lock is tried, never waited for);
-- only success (2xx) is remembered: after a failure the transaction rolls
-  back, key included, and a retry runs as if it were the first;
+- only success (2xx) is remembered: after a failure nothing of the request
+  is kept, key included, and a retry runs as if it were the first;
 - a key is remembered for ``IDEMPOTENCY_TTL_HOURS`` from its first use, by
   the database's clock (``clock``); after that it is forgotten (its next use
-  takes the row over; ``purge_expired_keys``, run by the webhook worker,
-  deletes such rows in small batches).
+  takes the row over; ``purge_expired_keys``, a maintenance task the webhook
+  worker runs, deletes such rows in small batches).
 
 On SQLite (one host) write transactions take turns (``BEGIN IMMEDIATE``,
 see ``db.py``), so the transaction holding a key also holds the write lock:
 a second request with the key waits its turn, like any write, and then
-finds the stored answer. The same code runs there, with no advisory lock.
+finds the stored answer. There is no advisory lock there.
 """
+import dataclasses
 import functools
 import hashlib
 import json
@@ -39,7 +44,7 @@ import logging
 import marshmallow as ma
 from flask import current_app, g, make_response, request
 from flask_smorest import abort
-from peewee import EXCLUDED, JOIN, SQL, Select, Value, fn
+from peewee import EXCLUDED, Select, Value
 
 from . import clock
 from .db import database, is_sqlite
@@ -55,10 +60,10 @@ KEY_PATTERN = r"^[\x21-\x7e]([\x20-\x7e]{0,253}[\x21-\x7e])?$"
 inner spaces are allowed, outer ones would be trimmed by HTTP."""
 
 CLAIM_ATTEMPTS = 3
-"""Claims one request tries before its 409. A request tries again only
-when it holds the key's lock and its claim still missed the key, which
-happens when the key's row changed between the two (the request holding it
-answered, or the row was purged); the next try sees the change."""
+"""Statements one create tries before its 409 (PostgreSQL). It tries again
+only when the key's lock was free and its claim still missed the key, which
+happens when the key's row changed while the statement ran (the request
+holding it answered, or the row was purged); the next try sees the change."""
 
 PURGE_BATCH_SIZE = 500
 """Most expired keys one ``purge_expired_keys`` call deletes."""
@@ -91,6 +96,47 @@ class _NotRemembered(Exception):
         self.response = response
 
 
+@dataclasses.dataclass(frozen=True)
+class KeyClaim:
+    """A key that a create's own statement claims on PostgreSQL, with the
+    answer it stores (``status``, ``content_type``, ``body``: see ``answering``)."""
+    user_id: int
+    key: str
+    fingerprint: str
+    ttl_seconds: float
+    status: int | None = None
+    content_type: str | None = None
+    body: str | None = None
+
+    @property
+    def lock(self):
+        """The key's advisory lock (see ``lock_number``)."""
+        return lock_number(self.user_id, self.key)
+
+
+class KeyTaken(Exception):
+    """A create's statement did not claim its key, and wrote nothing: whether
+    the key's lock was free, and the key's committed row as found
+    (fingerprint, status, content type, body, expired; all None if none)."""
+
+    def __init__(self, held, *found):
+        super().__init__("the idempotency key is taken")
+        self.held, self.found = held, found
+
+
+def answering(response):
+    """This request's key claim with ``response`` as its answer, for the
+    view's write to carry (PostgreSQL), or None: no key, or SQLite (where
+    the decorator's transaction claims the key)."""
+    claim = g.get("key_claim")
+    if claim is None:
+        return None
+    g.key_claimed = True
+    return dataclasses.replace(claim, status=response.status_code,
+                               content_type=response.content_type,
+                               body=response.get_data(as_text=True))
+
+
 def _fingerprint(args, kwargs):
     """SHA-256 of the request's method, path and parsed arguments."""
     text = json.dumps([request.method, request.path, args, kwargs],
@@ -106,21 +152,12 @@ def lock_number(user_id, key):
     return int.from_bytes(hashlib.sha256(text).digest()[:8], "big", signed=True)
 
 
-def _held(user_id, key):
-    """SQL that is true when this transaction holds the key's advisory lock,
-    taking it if it is free (never waiting); true on SQLite, whose write
-    transactions take turns."""
-    if is_sqlite():
-        return SQL("1")
-    return fn.pg_try_advisory_xact_lock(lock_number(user_id, key))
-
-
-def _claim_query(user_id, key, fingerprint, held):
-    """Insert the key's row, or take over a row past its time to live, if
-    ``held``: returns the row's id when claimed, nothing otherwise."""
+def _claim_query(user_id, key, fingerprint):
+    """Insert the key's row, or take over a row past its time to live (or
+    without an answer): returns the row's id when claimed, nothing otherwise."""
     ttl_seconds = current_app.config["IDEMPOTENCY_TTL_HOURS"] * 3600
     fresh = Select(columns=[Value(user_id), Value(key), Value(fingerprint),
-                            clock.now(), clock.after(ttl_seconds)]).where(held)
+                            clock.now(), clock.after(ttl_seconds)])
     fields = [IdempotencyKey.user, IdempotencyKey.key, IdempotencyKey.fingerprint,
               IdempotencyKey.created_at, IdempotencyKey.expires_at]
     return (IdempotencyKey.insert_from(fresh, fields)
@@ -136,17 +173,13 @@ def _claim_query(user_id, key, fingerprint, held):
             .returning(IdempotencyKey.id))
 
 
-def _look_query(user_id, key, held):
-    """One row: whether this transaction holds the key's lock (taking it if
-    it is free), then the key's committed row (fingerprint, status,
-    content_type, body, expired), all null if there is none."""
-    lock = Select(columns=[held.alias("held")]).alias("key_lock")
-    return (Select(from_list=[lock], columns=[
-                lock.c.held, IdempotencyKey.fingerprint, IdempotencyKey.status,
+def _look_query(user_id, key):
+    """The key's row: fingerprint, status, content type, body, expired."""
+    return (IdempotencyKey.select(
+                IdempotencyKey.fingerprint, IdempotencyKey.status,
                 IdempotencyKey.content_type, IdempotencyKey.body,
-                IdempotencyKey.expires_at <= clock.now()])
-            .join(IdempotencyKey, JOIN.LEFT_OUTER,
-                  on=(IdempotencyKey.user == user_id) & (IdempotencyKey.key == key)))
+                IdempotencyKey.expires_at <= clock.now())
+            .where(IdempotencyKey.user == user_id, IdempotencyKey.key == key))
 
 
 def _replay(status, content_type, body):
@@ -156,28 +189,36 @@ def _replay(status, content_type, body):
     return response
 
 
-def _claim(user_id, key, fingerprint):
-    """Hold ``key`` in the current transaction: its row id, or the stored
-    answer to replay; aborts with 422 (other arguments) or 409 (held by a
-    request in progress)."""
-    held = _held(user_id, key)
-    for _ in range(CLAIM_ATTEMPTS):
-        claimed = database.execute(_claim_query(user_id, key, fingerprint, held)).fetchone()
-        if claimed:
-            return claimed[0]
-        is_held, stored_fingerprint, status, content_type, body, expired = (
-            database.execute(_look_query(user_id, key, held)).fetchone())
-        if status is not None and not expired:
-            if stored_fingerprint != fingerprint:
-                abort(422, message=f"This {HEADER} was used with a different request; "
-                                   "use a new key for a new request.")
-            return _replay(status, content_type, body)
-        if not is_held:
-            break
-        # Free to take, yet the claim missed it: the key's row changed in
-        # between (answered, purged, or rolled back); claim again.
+def _stored_answer(found, fingerprint):
+    """The replay of a key's stored answer ``found`` (fingerprint, status,
+    content type, body, expired), None if it has none; 422 if it was given
+    to another request."""
+    stored_fingerprint, status, content_type, body, expired = found
+    if status is None or expired:
+        return None
+    if stored_fingerprint != fingerprint:
+        abort(422, message=f"This {HEADER} was used with a different request; "
+                           "use a new key for a new request.")
+    return _replay(status, content_type, body)
+
+
+def _in_progress():
     abort(409, message=f"A request with this {HEADER} is still in progress; "
                        "retry after it is answered.", headers={"Retry-After": "1"})
+
+
+def _claim(user_id, key, fingerprint):
+    """Hold ``key`` in the current transaction (on SQLite, which holds the
+    write lock meanwhile): its row id, or the stored answer to replay;
+    aborts with 422 (other arguments) or 409 (no answer stored)."""
+    claimed = database.execute(_claim_query(user_id, key, fingerprint)).fetchone()
+    if claimed:
+        return claimed[0]
+    found = database.execute(_look_query(user_id, key)).fetchone()
+    stored = _stored_answer(found, fingerprint) if found else None
+    if stored is None:
+        _in_progress()
+    return stored
 
 
 def _remember(row_id, response):
@@ -192,28 +233,56 @@ def idempotent(view):
 
     The view receives the key as the ``idempotency_key`` keyword argument
     from ``IdempotencyKeyHeaderSchema`` (webargs); ``g.caller`` is set.
-    With a key, the view runs inside the key's transaction; an answer that
-    is not a success rolls that transaction back. Without a key the view
-    runs as it would without this decorator.
+    Without a key the view runs as it would without this decorator. With
+    one, on PostgreSQL the view's write must carry ``answering(answer)``
+    (an answer of 2xx without it is a programming error); on SQLite the
+    view runs inside the key's transaction, and an answer that is not a
+    success rolls that transaction back.
     """
     @functools.wraps(view)
     def run(*args, idempotency_key=None, **kwargs):
         if idempotency_key is None:
             return view(*args, **kwargs)
         fingerprint = _fingerprint(args, kwargs)
-        try:
-            with database.atomic():
-                claimed = _claim(g.caller.user_id, idempotency_key, fingerprint)
-                if not isinstance(claimed, int):
-                    return claimed
+        if is_sqlite():
+            return _run_in_key_transaction(view, args, kwargs, idempotency_key, fingerprint)
+        claim = KeyClaim(g.caller.user_id, idempotency_key, fingerprint,
+                         current_app.config["IDEMPOTENCY_TTL_HOURS"] * 3600)
+        for _ in range(CLAIM_ATTEMPTS):
+            g.key_claim, g.key_claimed = claim, False
+            try:
                 response = make_response(view(*args, **kwargs))
-                if not 200 <= response.status_code < 300:
-                    raise _NotRemembered(response)
-                _remember(claimed, response)
-                return response
-        except _NotRemembered as failure:
-            return failure.response
+            except KeyTaken as taken:
+                stored = _stored_answer(taken.found, fingerprint)
+                if stored is not None:
+                    return stored
+                if not taken.held:
+                    break
+                continue  # free, yet taken: its row changed meanwhile; claim again
+            finally:
+                g.pop("key_claim", None)
+            if 200 <= response.status_code < 300 and not g.key_claimed:
+                raise RuntimeError(f"{view.__name__} answered {response.status} "
+                                   f"without storing its {HEADER} (see answering)")
+            return response
+        _in_progress()
     return run
+
+
+def _run_in_key_transaction(view, args, kwargs, key, fingerprint):
+    """Claim ``key``, run ``view`` and store its answer in one transaction."""
+    try:
+        with database.atomic():
+            claimed = _claim(g.caller.user_id, key, fingerprint)
+            if not isinstance(claimed, int):
+                return claimed
+            response = make_response(view(*args, **kwargs))
+            if not 200 <= response.status_code < 300:
+                raise _NotRemembered(response)
+            _remember(claimed, response)
+            return response
+    except _NotRemembered as failure:
+        return failure.response
 
 
 def purge_expired_keys(batch_size=PURGE_BATCH_SIZE):

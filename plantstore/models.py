@@ -141,8 +141,9 @@ class Attempt(BaseModel):
 class IdempotencyKey(BaseModel):
     """An ``Idempotency-Key`` a user sent, with the answer it gets again.
 
-    The row is inserted, and its answer stored, in the transaction of the
-    effect (see ``plantstore.idempotency``): a committed row has its answer.
+    The row is inserted with its answer by the statement (PostgreSQL) or
+    transaction (SQLite) of the effect (see ``plantstore.idempotency``): a
+    committed row has its answer.
     The table's ``locked_until`` column is no longer read or written; it is
     kept so that hosts still running the release before stay correct during
     a rolling upgrade, and a later release's migration drops it.

@@ -1,7 +1,7 @@
 """Idempotency-Key on POST /plants: replay, mismatch, per user, expiry and
-purge; who holds a key (the transaction of its request: a duplicate meanwhile,
-another holder, a killed holder) and the database's clock; against gunicorn
-with a receiver counting webhook events."""
+purge; who holds a key (the statement or transaction of its request: a
+duplicate meanwhile, another holder, a killed holder) and the database's
+clock; against gunicorn with a receiver counting webhook events."""
 import concurrent.futures
 import datetime
 import json
@@ -18,7 +18,7 @@ import requests
 from helpers import POSTGRES_URL, REPO, assert_error, bearer, skew_process_clock, wait_until
 from plantstore import db, idempotency
 from plantstore.idempotency import purge_expired_keys
-from plantstore.models import IdempotencyKey, Plant, User
+from plantstore.models import IdempotencyKey, Plant, Subscription, User, utcnow
 from plugins.webhooks import subscribe
 
 
@@ -166,7 +166,7 @@ def test_a_retried_create_is_replayed_once_across_workers(
     assert _plants(app) == [(1,)]
 
 
-# --- who holds a key: the transaction of its request ------------------------
+# --- who holds a key: the statement or transaction of its request ------------------------
 
 postgres_only = pytest.mark.skipif(
     not POSTGRES_URL, reason="SQLite's write transactions take turns: nothing runs "
@@ -178,7 +178,8 @@ postgres_clock_only = pytest.mark.skipif(
 
 @pytest.fixture
 def held_create(app, monkeypatch):
-    """Start a keyed create in a thread and stop it inside its transaction,
+    """Start a keyed create in a thread and stop it inside its transaction
+    (SQLite: on PostgreSQL a create is one statement, see ``stalled_writes``),
     its plant and key inserted and its answer not yet stored; the returned
     ``release()`` lets it finish and gives its response. Released at the
     end of the test whatever happened."""
@@ -218,20 +219,59 @@ def _post_within(app, token, key, plant, seconds=30):
         return answer.result(timeout=seconds)
 
 
+@pytest.fixture
+def stalled_writes(app):
+    """PostgreSQL: make a create stall inside its statement, after it has
+    claimed its key. An operator's subscription (breaker open, so nobody
+    sends) hears about every plant; while another transaction holds its row
+    ``FOR UPDATE``, a create's delivery waits on its foreign key, with the
+    key's row inserted and its lock held. Returns ``release()``; released
+    at the end of the test whatever happened."""
+    with app.app_context():
+        subscription = Subscription.create(
+            url="http://127.0.0.1:9/hook", secret="whsec_" + "A" * 44,
+            breaker_opened_at=utcnow(), breaker_probe_at=utcnow())
+    holder = psycopg2.connect(POSTGRES_URL)
+    with holder.cursor() as cursor:  # a transaction stays open until rollback
+        cursor.execute("SELECT 1 FROM subscription WHERE id = %s FOR UPDATE",
+                       (subscription.id,))
+
+    def release():
+        if not holder.closed:
+            holder.rollback()
+            holder.close()
+    yield release
+    release()
+
+
+def _waiting_on_a_lock(app):
+    """How many statements other than this one wait for a lock."""
+    with app.app_context():
+        return db.database.execute_sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND pid <> pg_backend_pid()").fetchone()[0]
+
+
 @postgres_only
-def test_a_duplicate_while_the_first_is_in_its_transaction_is_409_at_once_then_replayed(
-        app, client, alice, held_create):
+def test_a_duplicate_while_the_first_is_in_its_statement_is_409_at_once_then_replayed(
+        app, client, alice, stalled_writes):
     """The key's advisory lock is tried, never waited for: a second request
     with the key, whatever its body, gets the 409 with Retry-After while the
-    first is still in its transaction; once that commits, the same request
+    first is still in its statement; once that commits, the same request
     is replayed and another body is a 422."""
     plant = {"id": 7, "name": "slow"}
-    release = held_create(alice, "k", plant)
-    for body in (plant, {"id": 8, "name": "other"}):
-        during = _post_within(app, alice, "k", body)
-        assert_error(during, 409)
-        assert during.headers["Retry-After"] == "1"
-    first = release()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(app.test_client().post, "/plants",
+                            headers=keyed(alice, "k"), json=plant)
+        wait_until(lambda: _waiting_on_a_lock(app) or first.done(),
+                   message="the first create to wait inside its statement")
+        assert not first.done(), first.result().data
+        for body in (plant, {"id": 8, "name": "other"}):
+            during = _post_within(app, alice, "k", body)
+            assert_error(during, 409)
+            assert during.headers["Retry-After"] == "1"
+        stalled_writes()
+        first = first.result(timeout=60)
     assert first.status_code == 200 and "Idempotent-Replayed" not in first.headers
     after = client.post("/plants", headers=keyed(alice, "k"), json=plant)
     assert (after.status_code, after.data) == (200, first.data)
@@ -291,20 +331,19 @@ def test_a_stored_answer_is_replayed_whatever_else_holds_the_key(app, client, al
     assert _plants(app) == [(1,), (3,)]
 
 
-# Run by a separate Python process: a keyed create through the real app that
-# stops inside its transaction (plant and key inserted, nothing committed),
-# says so on stdout with its PostgreSQL backend's pid, and waits to be killed.
+# Run by a separate Python process: a keyed create through the real app. On
+# SQLite it stops inside its transaction (plant and key inserted, nothing
+# committed) and says "holding" on stdout; on PostgreSQL its statement runs
+# in the database (see ``stalled_writes``). Either way it waits to be killed.
 HOLDER = r"""
 import json, sys, threading
-from plantstore import create_app, db, idempotency
+from plantstore import create_app, idempotency
 
 url, token, key, plant = sys.argv[1:5]
 
 
 def hold(row_id, response):
-    backend = 0 if db.is_sqlite() else \
-        db.database.execute_sql("SELECT pg_backend_pid()").fetchone()[0]
-    print("holding", backend, flush=True)
+    print("holding", flush=True)
     threading.Event().wait(timeout=120)
     sys.exit("the holder was not killed")
 
@@ -317,42 +356,64 @@ sys.exit("the holder's create ended")
 """
 
 
-def _backend_alive(app, pid):
-    with app.app_context():
-        return db.database.execute_sql(
-            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]
+def _start_holder(database_url, token, plant):
+    return subprocess.Popen(
+        [sys.executable, "-c", HOLDER, database_url, token, "k", json.dumps(plant)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
 
 
-def test_a_key_held_by_a_killed_process_is_free_once_the_database_sees_it_gone(
+def _kill(holder):
+    holder.kill()
+    holder.wait(timeout=30)
+    assert holder.returncode == -signal.SIGKILL
+
+
+@sqlite_only
+def test_a_key_held_by_a_killed_process_is_free_once_its_transaction_is_gone(
         app, client, database_url, alice):
     """SIGKILL a process in the middle of a keyed create: its transaction
-    (the key's row and lock, the uncommitted plant) ends with its connection,
-    and a retry with the key runs at once as the first, creating the plant
-    once; the retry's answer is then replayed."""
+    (the key's row, the uncommitted plant) ends with it, and a retry with
+    the key runs as the first, creating the plant once; the retry's answer
+    is then replayed."""
     plant = {"id": 5, "name": "fern"}
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, database_url, alice, "k", json.dumps(plant)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    holder = _start_holder(database_url, alice, plant)
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             said = pool.submit(holder.stdout.readline).result(timeout=60)
-        assert said.startswith("holding"), (said, holder.poll(), holder.stderr.read())
-        backend = int(said.split()[1])
-        if POSTGRES_URL:  # on SQLite this request would wait for the write lock
-            assert_error(_post_within(app, alice, "k", plant), 409)
+        assert said == "holding\n", (said, holder.poll(), holder.stderr.read())
     finally:
-        holder.kill()
-        holder.wait(timeout=30)
-    assert holder.returncode == -signal.SIGKILL
-    if POSTGRES_URL:
-        wait_until(lambda: not _backend_alive(app, backend),
-                   message="PostgreSQL to see the killed holder's connection gone")
+        _kill(holder)
     retried = client.post("/plants", headers=keyed(alice, "k"), json=plant)
     assert retried.status_code == 200, retried.data
     assert "Idempotent-Replayed" not in retried.headers
     again = client.post("/plants", headers=keyed(alice, "k"), json=plant)
     assert (again.status_code, again.data) == (200, retried.data)
     assert again.headers["Idempotent-Replayed"] == "true"
+    assert _plants(app) == [(5,)]
+
+
+@postgres_only
+def test_a_killed_process_s_keyed_create_answers_its_key_with_what_its_statement_did(
+        app, client, database_url, alice, stalled_writes):
+    """SIGKILL a process whose keyed create is running in the database: the
+    key stays held only by that statement (a retry meanwhile is a 409 at
+    once), and once the statement ends the retry gets its answer, replayed;
+    the plant exists once."""
+    plant = {"id": 5, "name": "fern"}
+    holder = _start_holder(database_url, alice, plant)
+    try:
+        wait_until(lambda: _waiting_on_a_lock(app) or holder.poll() is not None,
+                   timeout=60, message="the holder's create to wait inside its statement")
+        assert holder.poll() is None, holder.stderr.read()
+    finally:
+        _kill(holder)
+    assert_error(_post_within(app, alice, "k", plant), 409)
+    stalled_writes()
+    wait_until(lambda: _plants(app) == [(5,)], timeout=60,
+               message="the killed holder's statement to commit")
+    retried = client.post("/plants", headers=keyed(alice, "k"), json=plant)
+    assert (retried.status_code, retried.json) == (200, {"name": "fern"})
+    assert retried.headers["Idempotent-Replayed"] == "true"
     assert _plants(app) == [(5,)]
 
 

@@ -4,7 +4,7 @@ from flask import current_app, g, request
 from flask_smorest import abort
 from peewee import IntegrityError
 
-from .. import webhooks
+from .. import idempotency, webhooks
 from ..api import Blueprint, json_response, no_content
 from ..auth import READ, WRITE
 from ..models import Plant
@@ -72,11 +72,13 @@ def create_plant(new_plant):
     active webhook subscription is told, at least once.
     """
     plant = Plant(owner=g.caller.user_id, **new_plant)
+    answer = json_response(plant_json(plant.name, plant.tag))
     try:
-        webhooks.store_and_announce(plant, web_sender_of(current_app))
+        webhooks.store_and_announce(plant, web_sender_of(current_app),
+                                    idempotency.answering(answer))
     except IntegrityError:
         abort(409, message=f"A plant with id {new_plant['id']} already exists.")
-    return json_response(plant_json(plant.name, plant.tag))
+    return answer
 
 
 def _plant_id(raw):

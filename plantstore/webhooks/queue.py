@@ -35,6 +35,7 @@ from peewee import fn
 
 from .. import clock, metrics
 from ..db import Statement, database, is_sqlite
+from ..idempotency import KeyTaken
 from ..models import Attempt, Delivery, Subscription
 from . import backlog, breaker, queue_sql
 from .audience import HEARING_ABOUT
@@ -126,11 +127,14 @@ def _jobs_of(delivery_ids, leased_at, settings):
 
 # --- enqueue -----------------------------------------------------------------
 
-def store_plant(plant, event_type, payload, settings, traceparent=None):
+def store_plant(plant, event_type, payload, settings, traceparent=None, key_claim=None):
     """Store ``plant`` with one pending delivery per active subscription that
     hears about it (see ``audience``), together: one statement on
     PostgreSQL, one transaction on SQLite (nested in the caller's, if any).
-    IntegrityError if the plant's id is taken.
+    IntegrityError if the plant's id is taken. On PostgreSQL the statement
+    also claims ``key_claim`` (an ``idempotency.KeyClaim``) and stores its
+    answer; if the key is taken, nothing is written and ``KeyTaken`` says
+    what was found.
 
     Deliveries to receivers whose breaker is closed are leased to the calling
     process, which attempts them once committed; workers leave them alone
@@ -139,10 +143,14 @@ def store_plant(plant, event_type, payload, settings, traceparent=None):
     """
     leased_at = time.monotonic()
     if not is_sqlite():
-        rows = database.execute_sql(queue_sql.STORE_PLANT_WITH_DELIVERIES, {
-            "id": plant.id, "owner": plant.owner_id, "name": plant.name, "tag": plant.tag,
-            "event": event_type, "payload": payload, "traceparent": traceparent,
-            "lease_seconds": settings.lease_seconds}).fetchall()
+        values = {"id": plant.id, "owner": plant.owner_id, "name": plant.name,
+                  "tag": plant.tag, "event": event_type, "payload": payload,
+                  "traceparent": traceparent, "lease_seconds": settings.lease_seconds}
+        if key_claim is None:
+            rows = database.execute_sql(queue_sql.STORE_PLANT_WITH_DELIVERIES,
+                                        values).fetchall()
+        else:
+            rows = _store_keyed(values, key_claim)
         jobs = [Job.from_row(row, leased_at, settings.lease_seconds) for row in rows]
     else:
         with database.atomic():
@@ -156,6 +164,19 @@ def store_plant(plant, event_type, payload, settings, traceparent=None):
         metrics.count_left_to_worker("breaker open")
         backlog.note_left_to_workers()
     return to_send
+
+
+def _store_keyed(values, key_claim):
+    """Run the keyed store; its job rows (``KeyTaken`` if the key was not claimed)."""
+    rows = database.execute_sql(queue_sql.STORE_KEYED_PLANT_WITH_DELIVERIES, {
+        **values, "key_lock": key_claim.lock, "key": key_claim.key,
+        "fingerprint": key_claim.fingerprint, "ttl_seconds": key_claim.ttl_seconds,
+        "status": key_claim.status, "content_type": key_claim.content_type,
+        "body": key_claim.body}).fetchall()
+    claimed, held, *found = rows[0][-queue_sql.KEY_COLUMNS:]
+    if not claimed:
+        raise KeyTaken(held, *found)
+    return [row[:-queue_sql.KEY_COLUMNS] for row in rows if row[0] is not None]
 
 
 # SQL text (see db.Statement): compiling these as peewee queries cost a

@@ -22,10 +22,12 @@ JOB_COLUMNS = ("d.id, d.message_id, d.payload, d.attempts, d.lease, d.traceparen
                "s.id, s.owner_id, s.url, s.bearer_token, s.secret, s.retired_secrets, "
                "s.breaker_opened_at IS NOT NULL")
 
-STORE_PLANT_WITH_DELIVERIES = f"""
-WITH plant AS (
+def _plant_with_deliveries(plant_from=""):
+    """CTEs ``plant`` (inserted, ``plant_from`` a FROM clause deciding whether)
+    and ``s``, ``d``: the subscriptions that hear about it and its deliveries."""
+    return f"""plant AS (
     INSERT INTO plant (id, owner_id, name, tag, created_at)
-    VALUES (%(id)s, %(owner)s, %(name)s, %(tag)s, {NOW})
+    SELECT %(id)s, %(owner)s, %(name)s, %(tag)s, {NOW}{plant_from}
     RETURNING id
 ), s AS (  -- the active subscriptions that hear about a plant of this owner
     SELECT s.* FROM {HEARING_ABOUT.format(owner="%(owner)s")}
@@ -40,10 +42,50 @@ WITH plant AS (
            {NOW}, %(traceparent)s
     FROM s, plant
     RETURNING *
-)
+)"""
+
+
+STORE_PLANT_WITH_DELIVERIES = f"""
+WITH {_plant_with_deliveries()}
 SELECT {JOB_COLUMNS} FROM d JOIN s ON s.id = d.subscription_id ORDER BY s.id
 """
 """The plant and one pending delivery per subscription that hears about it."""
+
+KEY_COLUMNS = 7
+"""The columns after a job's in the rows of ``STORE_KEYED_PLANT_WITH_DELIVERIES``."""
+
+STORE_KEYED_PLANT_WITH_DELIVERIES = f"""
+WITH key_lock AS (  -- the key's advisory lock, tried (never waited for)
+    SELECT pg_try_advisory_xact_lock(%(key_lock)s) AS held
+), claimed AS (  -- the key's row with its answer: new, or over one expired or unanswered
+    INSERT INTO idempotency_key (user_id, key, fingerprint, status, content_type, body,
+                                 created_at, expires_at)
+    SELECT %(owner)s, %(key)s, %(fingerprint)s, %(status)s, %(content_type)s, %(body)s,
+           {NOW}, {NOW} + %(ttl_seconds)s * interval '1 second'
+    FROM key_lock WHERE held
+    ON CONFLICT (user_id, key) DO UPDATE
+    SET fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
+        content_type = EXCLUDED.content_type, body = EXCLUDED.body,
+        created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+    WHERE idempotency_key.expires_at <= {NOW} OR idempotency_key.status IS NULL
+    RETURNING id
+), {_plant_with_deliveries(" FROM claimed")}
+SELECT job.*, c.id IS NOT NULL, l.held, k.fingerprint, k.status, k.content_type, k.body,
+       k.expires_at <= {NOW}
+FROM key_lock l
+LEFT JOIN claimed c ON true
+LEFT JOIN idempotency_key k ON c.id IS NULL AND k.user_id = %(owner)s AND k.key = %(key)s
+LEFT JOIN (SELECT {JOB_COLUMNS} FROM d JOIN s ON s.id = d.subscription_id)
+    AS job (delivery_id, message_id, payload, attempts, lease, traceparent, subscription_id,
+            owner_id, url, bearer_token, secret, retired_secrets, breaker_open) ON true
+ORDER BY job.subscription_id
+"""
+"""``STORE_PLANT_WITH_DELIVERIES`` for a request with an ``Idempotency-Key``
+(see ``idempotency``): the key claimed, its answer stored, the plant and its
+deliveries written, all or nothing. Rows: each job's columns (all null when
+there is none), then ``KEY_COLUMNS``: whether the key was claimed (nothing
+is written otherwise), whether its lock was free, and the key's committed
+row as it was found (fingerprint, status, content type, body, expired)."""
 
 CLAIM = """
 SELECT * FROM plantstore_claim(
