@@ -245,11 +245,11 @@ def stalled_writes(app):
 
 
 def _waiting_on_a_lock(app):
-    """How many statements other than this one wait for a lock."""
+    """How many statements on the test's database wait for a lock."""
     with app.app_context():
         return db.database.execute_sql(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND pid <> pg_backend_pid()").fetchone()[0]
+            "AND datname = current_database() AND pid <> pg_backend_pid()").fetchone()[0]
 
 
 @postgres_only
