@@ -217,20 +217,30 @@ def test_a_failed_sqlite_transaction_ends_its_turn(sqlite_file):
     assert sqlite_file.execute_sql("SELECT id FROM t").fetchall() == [(2,)]
 
 
-def test_a_sqlite_writer_waits_its_turn_no_longer_than_the_busy_timeout(sqlite_file):
-    sqlite_file._wait_seconds = 0.2
-
+def write_row_3(database):
+    """A write transaction of its own, from another thread: row 3 into ``t``;
+    its exception, if any."""
     def write():
-        with sqlite_file.connection_context(), sqlite_file.atomic():
-            sqlite_file.execute_sql("INSERT INTO t VALUES (3)")
-    with sqlite_file.atomic():
-        sqlite_file.execute_sql("INSERT INTO t VALUES (1)")
-        started = time.monotonic()
-        error = in_thread(write)
-        waited = time.monotonic() - started
+        with database.connection_context(), database.atomic():
+            database.execute_sql("INSERT INTO t VALUES (3)")
+    return in_thread(write)
+
+
+def assert_a_writer_gives_up_after_its_bound(database):
+    """A writer allowed 0.2 s for its turn gets "database is locked" after it."""
+    database._wait_seconds = 0.2
+    started = time.monotonic()
+    error = write_row_3(database)
+    waited = time.monotonic() - started
     assert isinstance(error, OperationalError) and "locked" in str(error)
     assert 0.15 < waited < 5
-    assert in_thread(write) is None
+
+
+def test_a_sqlite_writer_waits_its_turn_no_longer_than_the_busy_timeout(sqlite_file):
+    with sqlite_file.atomic():
+        sqlite_file.execute_sql("INSERT INTO t VALUES (1)")
+        assert_a_writer_gives_up_after_its_bound(sqlite_file)
+    assert write_row_3(sqlite_file) is None
 
 
 HOLD_A_WRITE = """
@@ -255,22 +265,13 @@ def test_a_sqlite_writer_waits_for_another_process_no_longer_than_the_busy_timeo
         stdin=subprocess.PIPE, text=True)
     try:
         wait_until(holding.exists, timeout=30, message="the other process's transaction")
-        sqlite_file._wait_seconds = 0.2
-
-        def write():
-            with sqlite_file.connection_context(), sqlite_file.atomic():
-                sqlite_file.execute_sql("INSERT INTO t VALUES (3)")
-        started = time.monotonic()
-        error = in_thread(write)
-        waited = time.monotonic() - started
-        assert isinstance(error, OperationalError) and "locked" in str(error)
-        assert 0.15 < waited < 5
+        assert_a_writer_gives_up_after_its_bound(sqlite_file)
         holder.communicate("\n", timeout=30)
         assert holder.returncode == 0
     finally:
         holder.kill()
         holder.wait(timeout=30)
-    assert in_thread(write) is None
+    assert write_row_3(sqlite_file) is None
     assert sqlite_file.execute_sql("SELECT id FROM t ORDER BY id").fetchall() == [(3,), (7,)]
 
 
