@@ -110,15 +110,17 @@ class Blueprint(flask_smorest.Blueprint):
             return view
         return decorate
 
-    def login_required(self, scope):
+    def login_required(self, scope, checked_by_write=False):
         """A valid bearer token with ``scope``, else 401/403; all three documented
         (the scope as the role OpenAPI 3.1 lets a bearer requirement name).
 
         Put it right under ``route``, so the token is checked before anything
-        about the request is.
+        about the request is (``checked_by_write``: or by the view's write,
+        see ``auth.require_scope``).
         """
         def decorate(view):
-            guarded = self.documents_errors(401, 403)(require_scope(scope)(view))
+            guarded = self.documents_errors(401, 403)(
+                require_scope(scope, checked_by_write)(view))
             return self.doc(security=[{"bearerAuth": [scope]}])(guarded)
         return decorate
 

@@ -1,22 +1,26 @@
 """Bearer tokens (RFC 6750): issue, hash, verify, revoke, and the 401/403 answers.
 
 A token is ``<prefix><43 url-safe characters>`` (256 bits of entropy). Only
-its SHA-256 digest is stored; a request's token is hashed, found by digest
-and the digests compared in constant time. Expiry and revocation times are
-the database's (``clock``): set by it, and compared with its now in the
-statement that finds the token, so hosts whose clocks disagree agree on
-which tokens are valid.
+its SHA-256 digest is stored; a request's token is hashed and found by
+digest. Expiry and revocation times are the database's (``clock``): set by
+it, and compared with its now in the statement that finds the token, so
+hosts whose clocks disagree agree on which tokens are valid.
+
+A route may leave the token to its write (``require_scope``'s
+``checked_by_write``): on PostgreSQL the create's own statement finds the
+token (``VALID_TOKEN``) and writes nothing unless it is valid with the
+scope, which saves every create a round trip to the database.
 """
 import functools
 import hashlib
-import hmac
 import secrets
 from dataclasses import dataclass
 
 from flask import g, request
+from werkzeug.exceptions import HTTPException
 
 from . import clock
-from .db import Statement
+from .db import Statement, is_sqlite
 from .errors import error_response
 from .models import Token
 
@@ -32,6 +36,19 @@ class Caller:
     user_id: int
     is_admin: bool
     scopes: frozenset
+
+
+@dataclass(frozen=True)
+class PresentedToken:
+    """A bearer token not looked up yet, for a write that checks it in its
+    own statement: it needs to be valid now and to carry ``scope``."""
+    digest: str
+    scope: str
+
+
+class TokenRefused(Exception):
+    """A write that checked its ``PresentedToken`` found it not valid now
+    with its scope, and wrote nothing."""
 
 
 def digest(secret):
@@ -62,23 +79,23 @@ def revoke_token(token_id):
                 .execute())
 
 
-# Every authenticated request runs this lookup (see db.Statement); expiry is
-# judged by the database's clock, in the statement.
+VALID_TOKEN = ('token t JOIN "user" u ON u.id = t.user_id WHERE t.digest = {digest}'
+               " AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > {now})")
+"""SQL (a FROM clause): the token ``t`` of the digest ``{digest}`` and its
+user ``u``, if it is valid at the database's ``{now}``."""
+
+# Every authenticated request runs this lookup (see db.Statement).
 _VALID_TOKEN = Statement(
-    'SELECT t.digest, t.scopes, u.id, u.is_admin FROM token t JOIN "user" u ON u.id = t.user_id'
-    " WHERE t.digest = {p} AND t.revoked_at IS NULL"
-    " AND (t.expires_at IS NULL OR t.expires_at > {now})")
+    "SELECT t.scopes, u.id, u.is_admin FROM "
+    + VALID_TOKEN.format(digest="{p}", now="{now}"))
 
 
 def find_caller(secret):
     """The Caller a presented token stands for, or None if it is not valid now."""
-    wanted = digest(secret)
-    rows = _VALID_TOKEN.rows(wanted)
+    rows = _VALID_TOKEN.rows(digest(secret))
     if not rows:
         return None
-    stored, scopes, user_id, is_admin = rows[0]
-    if not hmac.compare_digest(stored, wanted):
-        return None
+    scopes, user_id, is_admin = rows[0]
     return Caller(user_id, bool(is_admin), frozenset(scopes.split()))
 
 
@@ -103,30 +120,67 @@ def authenticated_caller():
     return g.token_caller
 
 
+def token_to_check():
+    """The ``PresentedToken`` a ``checked_by_write`` view's write must check,
+    or None: the caller is known (``g.caller``)."""
+    return g.get("token_to_check")
+
+
 def _unauthorized(message, presented):
     challenge = REALM + (', error="invalid_token"' if presented else "")
     return error_response(401, message, headers={"WWW-Authenticate": challenge})
 
 
-def require_scope(scope):
-    """View decorator: a valid bearer token with ``scope``, else 401/403."""
+def _refusal(caller, scope):
+    """The 401 or 403 answer for ``caller`` (None: no valid token) lacking
+    ``scope``; None if it has it."""
+    if caller is None:
+        return _unauthorized("The bearer token is malformed, unknown, revoked or expired.",
+                             presented=True)
+    if scope not in caller.scopes:
+        return error_response(
+            403, f"The token lacks the {scope!r} scope.",
+            headers={"WWW-Authenticate":
+                     f'{REALM}, error="insufficient_scope", scope="{scope}"'})
+    return None
+
+
+def require_scope(scope, checked_by_write=False):
+    """View decorator: a valid bearer token with ``scope``, else 401/403.
+
+    ``checked_by_write``: on PostgreSQL, unless the token was already looked
+    up (by the rate limiter), the view runs with ``g.caller`` None and its
+    write checks ``token_to_check()``, raising ``TokenRefused`` if it is not
+    valid. Any answer but a success looks the token up first, so a request
+    whose token is not valid is still answered 401/403 before anything else.
+    """
     def decorate(view):
         @functools.wraps(view)
         def guarded(*args, **kwargs):
             secret = _presented_token()
             if secret is None:
                 return _unauthorized("A bearer token is required.", presented=False)
+            if checked_by_write and secret and "token_caller" not in g and not is_sqlite():
+                return _checked_by_write(view, scope, secret, args, kwargs)
             caller = authenticated_caller()
-            if caller is None:
-                return _unauthorized(
-                    "The bearer token is malformed, unknown, revoked or expired.",
-                    presented=True)
-            if scope not in caller.scopes:
-                return error_response(
-                    403, f"The token lacks the {scope!r} scope.",
-                    headers={"WWW-Authenticate":
-                             f'{REALM}, error="insufficient_scope", scope="{scope}"'})
+            refusal = _refusal(caller, scope)
+            if refusal is not None:
+                return refusal
             g.caller = caller
             return view(*args, **kwargs)
         return guarded
     return decorate
+
+
+def _checked_by_write(view, scope, secret, args, kwargs):
+    """Run ``view`` leaving its token to its write (see ``require_scope``)."""
+    g.caller, g.token_to_check = None, PresentedToken(digest(secret), scope)
+    try:
+        return view(*args, **kwargs)
+    except TokenRefused:  # 401 or 403, as the token is now (or 401: it was not valid)
+        return _refusal(authenticated_caller(), scope) or _refusal(None, scope)
+    except HTTPException:
+        refusal = _refusal(authenticated_caller(), scope)
+        if refusal is not None:
+            return refusal
+        raise

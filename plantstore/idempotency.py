@@ -15,8 +15,9 @@ instead of a second effect. Keys belong to a user and live in the database
   go out once it commits;
 - the claim is held by that statement or transaction and by nothing else:
   the key's row, inserted and not yet committed, and on PostgreSQL a
-  transaction-level advisory lock on the key (``pg_try_advisory_xact_lock``;
-  nothing kept in the session, so PgBouncer's transaction pooling is fine).
+  transaction-level advisory lock on the key (``pg_try_advisory_xact_lock``
+  of ``queue_sql.KEY_LOCK``; nothing kept in the session, so PgBouncer's
+  transaction pooling is fine).
   Both end with it, so a key is never left held by a process that died;
 - a stored answer comes first: the same key with the same method, path and
   arguments → the stored answer, with ``Idempotent-Replayed: true``,
@@ -98,20 +99,15 @@ class _NotRemembered(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class KeyClaim:
-    """A key that a create's own statement claims on PostgreSQL, with the
-    answer it stores (``status``, ``content_type``, ``body``: see ``answering``)."""
-    user_id: int
+    """A key of the plant's owner that a create's own statement claims on
+    PostgreSQL, with the answer it stores (``status``, ``content_type``,
+    ``body``: see ``answering``)."""
     key: str
     fingerprint: str
     ttl_seconds: float
     status: int | None = None
     content_type: str | None = None
     body: str | None = None
-
-    @property
-    def lock(self):
-        """The key's advisory lock (see ``lock_number``)."""
-        return lock_number(self.user_id, self.key)
 
 
 class KeyTaken(Exception):
@@ -142,14 +138,6 @@ def _fingerprint(args, kwargs):
     text = json.dumps([request.method, request.path, args, kwargs],
                       sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def lock_number(user_id, key):
-    """The PostgreSQL advisory lock (a signed 64-bit number) of user
-    ``user_id``'s ``key``. Two keys whose numbers collide (a chance in 2**64)
-    only cost each other a 409 while both are in progress."""
-    text = f"idempotency-key {user_id} {key}".encode()
-    return int.from_bytes(hashlib.sha256(text).digest()[:8], "big", signed=True)
 
 
 def _claim_query(user_id, key, fingerprint):
@@ -232,7 +220,7 @@ def idempotent(view):
     """Run ``view`` at most once per ``Idempotency-Key`` of the caller.
 
     The view receives the key as the ``idempotency_key`` keyword argument
-    from ``IdempotencyKeyHeaderSchema`` (webargs); ``g.caller`` is set.
+    from ``IdempotencyKeyHeaderSchema`` (webargs).
     Without a key the view runs as it would without this decorator. With
     one, on PostgreSQL the view's write must carry ``answering(answer)``
     (an answer of 2xx without it is a programming error); on SQLite the
@@ -246,7 +234,7 @@ def idempotent(view):
         fingerprint = _fingerprint(args, kwargs)
         if is_sqlite():
             return _run_in_key_transaction(view, args, kwargs, idempotency_key, fingerprint)
-        claim = KeyClaim(g.caller.user_id, idempotency_key, fingerprint,
+        claim = KeyClaim(idempotency_key, fingerprint,
                          current_app.config["IDEMPOTENCY_TTL_HOURS"] * 3600)
         for _ in range(CLAIM_ATTEMPTS):
             g.key_claim, g.key_claimed = claim, False

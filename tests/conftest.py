@@ -8,7 +8,8 @@ migrated once per session and emptied before every test.
 Shared by several modules, and loaded here as plugins:
 ``plugins/servers.py`` (real gunicorn servers), ``plugins/webhooks.py``
 (a webhook receiver, timing settings, outbox helpers) and
-``plugins/pg_cluster.py`` (a throwaway PostgreSQL that counts statements).
+``plugins/pg_cluster.py`` (a throwaway PostgreSQL that counts statements),
+``plugins/stalls.py`` (a create stalled inside its statement).
 ``plugins/otlp.py`` is an OTLP trace collector. Plain helpers that
 tests call (``bearer``, ``assert_error``, ``wait_until``, ...) are in
 ``helpers.py``.
@@ -23,7 +24,8 @@ from plantstore.auth import ALL_SCOPES, issue_token  # noqa: E402
 from plantstore.models import User  # noqa: E402
 from plantstore.webhooks.config import web_sender_of  # noqa: E402
 
-pytest_plugins = ["plugins.servers", "plugins.webhooks", "plugins.pg_cluster", "plugins.otlp"]
+pytest_plugins = ["plugins.servers", "plugins.webhooks", "plugins.pg_cluster", "plugins.otlp",
+                  "plugins.stalls"]
 
 
 def _reset_postgres_schema(url):

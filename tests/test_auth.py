@@ -11,7 +11,7 @@ import pytest
 from helpers import POSTGRES_URL, assert_error, bearer, skew_process_clock
 from plantstore import db
 from plantstore.auth import READ, WRITE, issue_token, revoke_token
-from plantstore.models import Token, utcnow
+from plantstore.models import Delivery, IdempotencyKey, Plant, Subscription, Token, utcnow
 
 CHALLENGE = 'Bearer realm="plantstore"'
 INVALID_TOKEN_CHALLENGE = 'Bearer realm="plantstore", error="invalid_token"'
@@ -142,6 +142,66 @@ def test_scope_is_checked_before_the_body(client, make_token):
     assert_error(response, 403)
 
 
+BAD_CREATES = [
+    pytest.param({"data": "id=7", "content_type": "text/plain"}, id="non-JSON"),
+    pytest.param({"data": "{bad", "content_type": "application/json"}, id="malformed JSON"),
+    pytest.param({"json": {"id": "seven", "name": 5}}, id="invalid plant"),
+    pytest.param({"json": {"id": 7, "name": "fern"},
+                  "headers": {"Idempotency-Key": " padded"}}, id="malformed key"),
+]
+
+
+def _revoked(make_token):
+    secret = make_token("alice")
+    assert revoke_token(token_of(secret).id)
+    return secret
+
+
+@pytest.mark.parametrize("kwargs", BAD_CREATES)
+@pytest.mark.parametrize("token", [
+    pytest.param(lambda make_token: "pst_" + secrets.token_urlsafe(32), id="unknown"),
+    pytest.param(_revoked, id="revoked"),
+])
+def test_an_invalid_token_is_401_before_a_bad_create_is_400(client, make_token, kwargs, token):
+    """On PostgreSQL a create's own statement checks its token; a request
+    that fails before that statement still answers for its token first."""
+    headers = {**kwargs.pop("headers", {}), **bearer(token(make_token))}
+    response = client.post("/plants", headers=headers, **kwargs)
+    assert_error(response, 401)
+    assert response.headers["WWW-Authenticate"] == INVALID_TOKEN_CHALLENGE
+
+
+@pytest.mark.parametrize("kwargs", BAD_CREATES)
+def test_a_missing_scope_is_403_before_a_bad_create_is_400(client, make_token, kwargs):
+    reader = make_token("alice", scopes=[READ])
+    response = client.post("/plants", headers={**kwargs.pop("headers", {}), **bearer(reader)},
+                           **kwargs)
+    assert_error(response, 403)
+
+
+@pytest.mark.parametrize("headers", [{}, {"Idempotency-Key": "k-1"}], ids=["plain", "keyed"])
+def test_a_create_with_a_token_that_is_not_valid_writes_nothing(
+        app, client, make_token, headers):
+    """The create's statement that checks the token writes nothing without
+    it: not the plant, not its deliveries, not the key; a taken id or a used
+    key changes nothing about that."""
+    writer = make_token("alice")
+    with app.app_context():  # an operator's: hears about every plant (nothing answers)
+        subscription = Subscription.create(url="http://127.0.0.1:1/hook", secret="whsec_a")
+    assert client.post("/plants", json={"id": 1, "name": "fern"},
+                       headers={**headers, **bearer(writer)}).status_code == 200
+    for secret, status in ((_revoked(make_token), 401),
+                           (make_token("alice", scopes=[READ]), 403)):
+        for plant in ({"id": 1, "name": "fern"}, {"id": 2, "name": "moss"}):
+            response = client.post("/plants", json=plant, headers={**headers, **bearer(secret)})
+            assert_error(response, status)
+            assert "Idempotent-Replayed" not in response.headers
+    with app.app_context():
+        assert [plant.id for plant in Plant.select()] == [1]
+        assert Delivery.select().where(Delivery.subscription == subscription.id).count() == 1
+        assert IdempotencyKey.select().count() == len(headers)
+
+
 def test_tokens_are_prefixed_and_carry_256_bits_of_randomness(make_token):
     tokens = [make_token("alice") for _ in range(20)]
     assert len(set(tokens)) == len(tokens)
@@ -196,12 +256,14 @@ def _seconds_from_database_now(column, secret):
     pytest.param(timedelta(hours=1), 600, True, id="process ahead, token good 10 minutes"),
     pytest.param(-timedelta(hours=1), -600, False, id="process behind, token expired"),
 ])
+@pytest.mark.parametrize("method, path, body", OPERATIONS[:2])
 def test_token_expiry_is_judged_by_the_databases_clock(
-        client, make_token, monkeypatch, process_clock_off_by, expires_in, valid):
+        client, make_token, monkeypatch, process_clock_off_by, expires_in, valid,
+        method, path, body):
     secret = make_token("alice", expires_in_days=1)
     _set_expiry(secret, expires_in)
     skew_process_clock(monkeypatch, process_clock_off_by)
-    response = client.get("/plants", headers=bearer(secret))
+    response = call(client, method, path, body, bearer(secret))
     if valid:
         assert response.status_code == 200, response.data
     else:

@@ -18,7 +18,9 @@ import requests
 from helpers import POSTGRES_URL, REPO, assert_error, bearer, skew_process_clock, wait_until
 from plantstore import db, idempotency
 from plantstore.idempotency import purge_expired_keys
-from plantstore.models import IdempotencyKey, Plant, Subscription, User, utcnow
+from plantstore.models import IdempotencyKey, Plant, User
+from plantstore.webhooks.queue_sql import KEY_LOCK
+from plugins.stalls import waiting_on_a_lock
 from plugins.webhooks import subscribe
 
 
@@ -219,39 +221,6 @@ def _post_within(app, token, key, plant, seconds=30):
         return answer.result(timeout=seconds)
 
 
-@pytest.fixture
-def stalled_writes(app):
-    """PostgreSQL: make a create stall inside its statement, after it has
-    claimed its key. An operator's subscription (breaker open, so nobody
-    sends) hears about every plant; while another transaction holds its row
-    ``FOR UPDATE``, a create's delivery waits on its foreign key, with the
-    key's row inserted and its lock held. Returns ``release()``; released
-    at the end of the test whatever happened."""
-    with app.app_context():
-        subscription = Subscription.create(
-            url="http://127.0.0.1:9/hook", secret="whsec_" + "A" * 44,
-            breaker_opened_at=utcnow(), breaker_probe_at=utcnow())
-    holder = psycopg2.connect(POSTGRES_URL)
-    with holder.cursor() as cursor:  # a transaction stays open until rollback
-        cursor.execute("SELECT 1 FROM subscription WHERE id = %s FOR UPDATE",
-                       (subscription.id,))
-
-    def release():
-        if not holder.closed:
-            holder.rollback()
-            holder.close()
-    yield release
-    release()
-
-
-def _waiting_on_a_lock(app):
-    """How many statements on the test's database wait for a lock."""
-    with app.app_context():
-        return db.database.execute_sql(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND datname = current_database() AND pid <> pg_backend_pid()").fetchone()[0]
-
-
 @postgres_only
 def test_a_duplicate_while_the_first_is_in_its_statement_is_409_at_once_then_replayed(
         app, client, alice, stalled_writes):
@@ -263,7 +232,7 @@ def test_a_duplicate_while_the_first_is_in_its_statement_is_409_at_once_then_rep
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         first = pool.submit(app.test_client().post, "/plants",
                             headers=keyed(alice, "k"), json=plant)
-        wait_until(lambda: _waiting_on_a_lock(app) or first.done(),
+        wait_until(lambda: waiting_on_a_lock(app) or first.done(),
                    message="the first create to wait inside its statement")
         assert not first.done(), first.result().data
         for body in (plant, {"id": 8, "name": "other"}):
@@ -314,8 +283,8 @@ def test_a_stored_answer_is_replayed_whatever_else_holds_the_key(app, client, al
     try:
         with holder.cursor() as cursor:  # a transaction stays open until rollback
             for key in ("answered", "unanswered"):
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)",
-                               (idempotency.lock_number(alice_id, key),))
+                cursor.execute("SELECT pg_advisory_xact_lock("
+                               + KEY_LOCK.format(user="%s", key="%s") + ")", (alice_id, key))
         replayed = _post_within(app, alice, "answered", plant)
         assert (replayed.status_code, replayed.data) == (200, first.data)
         assert replayed.headers["Idempotent-Replayed"] == "true"
@@ -402,7 +371,7 @@ def test_a_killed_process_s_keyed_create_answers_its_key_with_what_its_statement
     plant = {"id": 5, "name": "fern"}
     holder = _start_holder(database_url, alice, plant)
     try:
-        wait_until(lambda: _waiting_on_a_lock(app) or holder.poll() is not None,
+        wait_until(lambda: waiting_on_a_lock(app) or holder.poll() is not None,
                    timeout=60, message="the holder's create to wait inside its statement")
         assert holder.poll() is None, holder.stderr.read()
     finally:

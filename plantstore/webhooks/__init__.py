@@ -19,18 +19,19 @@ def new_plant_payload(plant):
     return json.dumps(body)
 
 
-def store_and_announce(plant, web_sender, key_claim=None):
+def store_and_announce(plant, web_sender, key_claim=None, token=None):
     """Store ``plant`` with a delivery for every subscription that hears about
     it, together, and have ``web_sender`` attempt them once that commits.
 
     Never waits for a receiver: the attempts run in the sender's threads, and
     deliveries that find no free slot are left to the workers. If the
     transaction rolls back, nothing is stored and nothing sent.
-    IntegrityError if the plant's id is taken; ``key_claim``: see
-    ``queue.store_plant``.
+    IntegrityError if the plant's id is taken; ``key_claim`` and ``token``:
+    see ``queue.store_plant``.
     """
     jobs = queue.store_plant(plant, NEW_PLANT_EVENT, new_plant_payload(plant),
-                             web_sender.settings, tracing.current_traceparent(), key_claim)
+                             web_sender.settings, tracing.current_traceparent(), key_claim,
+                             token)
     if jobs:
         context = tracing.capture_context()
         database.after_commit(lambda: web_sender.offer(jobs, context))

@@ -34,6 +34,7 @@ import uuid
 from peewee import fn
 
 from .. import clock, metrics
+from ..auth import TokenRefused
 from ..db import Statement, database, is_sqlite
 from ..idempotency import KeyTaken
 from ..models import Attempt, Delivery, Subscription
@@ -127,14 +128,17 @@ def _jobs_of(delivery_ids, leased_at, settings):
 
 # --- enqueue -----------------------------------------------------------------
 
-def store_plant(plant, event_type, payload, settings, traceparent=None, key_claim=None):
+def store_plant(plant, event_type, payload, settings, traceparent=None, key_claim=None,
+                token=None):
     """Store ``plant`` with one pending delivery per active subscription that
     hears about it (see ``audience``), together: one statement on
     PostgreSQL, one transaction on SQLite (nested in the caller's, if any).
     IntegrityError if the plant's id is taken. On PostgreSQL the statement
-    also claims ``key_claim`` (an ``idempotency.KeyClaim``) and stores its
-    answer; if the key is taken, nothing is written and ``KeyTaken`` says
-    what was found.
+    also checks ``token`` (an ``auth.PresentedToken``), when given: the
+    plant's owner is its user, and if it is not valid nothing is written
+    (``TokenRefused``); and it claims ``key_claim`` (an
+    ``idempotency.KeyClaim``) and stores its answer; if the key is taken,
+    nothing is written and ``KeyTaken`` says what was found.
 
     Deliveries to receivers whose breaker is closed are leased to the calling
     process, which attempts them once committed; workers leave them alone
@@ -145,13 +149,17 @@ def store_plant(plant, event_type, payload, settings, traceparent=None, key_clai
     if not is_sqlite():
         values = {"id": plant.id, "owner": plant.owner_id, "name": plant.name,
                   "tag": plant.tag, "event": event_type, "payload": payload,
-                  "traceparent": traceparent, "lease_seconds": settings.lease_seconds}
+                  "traceparent": traceparent, "lease_seconds": settings.lease_seconds,
+                  "token_digest": token and token.digest, "scope": token and token.scope}
         if key_claim is None:
             rows = database.execute_sql(queue_sql.STORE_PLANT_WITH_DELIVERIES,
                                         values).fetchall()
+            if not rows:
+                raise TokenRefused()
         else:
             rows = _store_keyed(values, key_claim)
-        jobs = [Job.from_row(row, leased_at, settings.lease_seconds) for row in rows]
+        jobs = [Job.from_row(row[1:], leased_at, settings.lease_seconds)
+                for row in rows if row[1] is not None]
     else:
         with database.atomic():
             _SQLITE_INSERT_PLANT.rows(plant.id, plant.owner_id, plant.name, plant.tag,
@@ -167,16 +175,18 @@ def store_plant(plant, event_type, payload, settings, traceparent=None, key_clai
 
 
 def _store_keyed(values, key_claim):
-    """Run the keyed store; its job rows (``KeyTaken`` if the key was not claimed)."""
+    """Run the keyed store; its rows without the key's columns (``TokenRefused``
+    or ``KeyTaken`` if it wrote nothing)."""
     rows = database.execute_sql(queue_sql.STORE_KEYED_PLANT_WITH_DELIVERIES, {
-        **values, "key_lock": key_claim.lock, "key": key_claim.key,
-        "fingerprint": key_claim.fingerprint, "ttl_seconds": key_claim.ttl_seconds,
-        "status": key_claim.status, "content_type": key_claim.content_type,
-        "body": key_claim.body}).fetchall()
+        **values, "key": key_claim.key, "fingerprint": key_claim.fingerprint,
+        "ttl_seconds": key_claim.ttl_seconds, "status": key_claim.status,
+        "content_type": key_claim.content_type, "body": key_claim.body}).fetchall()
+    if not rows:
+        raise TokenRefused()
     claimed, held, *found = rows[0][-queue_sql.KEY_COLUMNS:]
     if not claimed:
         raise KeyTaken(held, *found)
-    return [row[:-queue_sql.KEY_COLUMNS] for row in rows if row[0] is not None]
+    return [row[:-queue_sql.KEY_COLUMNS] for row in rows]
 
 
 # SQL text (see db.Statement): compiling these as peewee queries cost a
