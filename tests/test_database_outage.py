@@ -1,16 +1,18 @@
 """The database going away is a 503 with Retry-After, never a 500, and
 service resumes by itself when it is back."""
+import concurrent.futures
 import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 import pytest
 
-from helpers import assert_error, bearer, free_port, wait_until
+from helpers import POSTGRES_URL, assert_error, bearer, free_port, wait_until
 from plantstore import create_app, db
 from plantstore.auth import issue_token
-from plantstore.models import User
+from plantstore.models import Plant, User
 
 PG_BIN = "/usr/lib/postgresql/15/bin"
 
@@ -103,3 +105,28 @@ def test_a_restarted_postgresql_is_a_503_meanwhile_then_served_again(throwaway_p
     assert client.get("/plants", headers=bearer(secret)).get_json() == [{"name": "Fern"}]
     assert client.get("/readyz").status_code == 200
     db.database.close_all()
+
+
+@pytest.mark.skipif(not POSTGRES_URL, reason="a statement timeout is PostgreSQL's")
+@pytest.mark.app_config({"DATABASE_URL": f"{POSTGRES_URL}?options=-c%20statement_timeout%3D1s"})
+def test_a_create_the_database_stalls_is_a_503_at_its_statement_timeout(
+        app, client, alice, stalled_writes):
+    """With ``statement_timeout`` set (here in the URL; see operating.md), a
+    create whose statement waits on a lock another transaction holds gives
+    its thread back at the timeout with a 503, having written nothing; once
+    the lock is gone, the same create succeeds."""
+    plant = {"id": 1, "name": "Fern"}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        answer = pool.submit(app.test_client().post, "/plants", json=plant,
+                             headers=bearer(alice))
+        try:
+            stalled = answer.result(timeout=60)
+        finally:
+            stalled_writes()
+    waited = time.monotonic() - started
+    assert_unavailable(stalled)
+    assert 0.9 < waited < 30, waited  # it waited for the lock, then for no more than the timeout
+    with app.app_context():
+        assert Plant.select().count() == 0
+    assert client.post("/plants", json=plant, headers=bearer(alice)).status_code == 200
