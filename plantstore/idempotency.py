@@ -16,8 +16,8 @@ instead of a second effect. Keys belong to a user and live in the database
 - the claim is held by that statement or transaction and by nothing else:
   the key's row, inserted and not yet committed, and on PostgreSQL a
   transaction-level advisory lock on the key (``pg_try_advisory_xact_lock``
-  of ``queue_sql.KEY_LOCK``; nothing kept in the session, so PgBouncer's
-  transaction pooling is fine).
+  of ``plantstore_idempotency_key_lock``, migration 0009; nothing kept in
+  the session, so PgBouncer's transaction pooling is fine).
   Both end with it, so a key is never left held by a process that died;
 - a stored answer comes first: the same key with the same method, path and
   arguments → the stored answer, with ``Idempotent-Replayed: true``,

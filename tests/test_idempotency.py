@@ -19,7 +19,6 @@ from helpers import POSTGRES_URL, REPO, assert_error, bearer, skew_process_clock
 from plantstore import db, idempotency
 from plantstore.idempotency import purge_expired_keys
 from plantstore.models import IdempotencyKey, Plant, User
-from plantstore.webhooks.queue_sql import KEY_LOCK
 from plugins.stalls import waiting_on_a_lock
 from plugins.webhooks import subscribe
 
@@ -284,7 +283,7 @@ def test_a_stored_answer_is_replayed_whatever_else_holds_the_key(app, client, al
         with holder.cursor() as cursor:  # a transaction stays open until rollback
             for key in ("answered", "unanswered"):
                 cursor.execute("SELECT pg_advisory_xact_lock("
-                               + KEY_LOCK.format(user="%s", key="%s") + ")", (alice_id, key))
+                               "plantstore_idempotency_key_lock(%s, %s))", (alice_id, key))
         replayed = _post_within(app, alice, "answered", plant)
         assert (replayed.status_code, replayed.data) == (200, first.data)
         assert replayed.headers["Idempotent-Replayed"] == "true"
