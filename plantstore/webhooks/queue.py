@@ -18,8 +18,9 @@ plus ``LEASE_MARGIN_SECONDS`` left, counted from before the claim was sent
 on this process's monotonic clock (``Job.lease_left``): no other sender can
 take the row while the attempt is under way, whatever the hosts' clocks say.
 
-On PostgreSQL each operation is one statement (``queue_sql``; the claim
-and the outcome batch call functions of migration 0008); on SQLite
+On PostgreSQL each operation is one statement (``queue_sql``; the claim,
+the outcome batch and a create's store call functions of migrations 0008
+and 0009); on SQLite
 (one host) the same operations are peewee queries in one transaction, and
 SQL text (``db.Statement``) where a create or an outcome runs them.
 """
