@@ -20,9 +20,9 @@ take the row while the attempt is under way, whatever the hosts' clocks say.
 
 On PostgreSQL each operation is one statement (``queue_sql``; the claim,
 the outcome batch and a create's store call functions of migrations 0008
-and 0009); on SQLite
-(one host) the same operations are peewee queries in one transaction, and
-SQL text (``db.Statement``) where a create or an outcome runs them.
+and 0009); on SQLite (one host) the same operations are peewee queries in
+one transaction, and SQL text (``db.Statement``) where a create or an
+outcome runs them.
 """
 import collections
 import contextlib
