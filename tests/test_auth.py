@@ -165,6 +165,7 @@ def _revoked(make_token):
 def test_an_invalid_token_is_401_before_a_bad_create_is_400(client, make_token, kwargs, token):
     """On PostgreSQL a create's own statement checks its token; a request
     that fails before that statement still answers for its token first."""
+    kwargs = dict(kwargs)  # the parameter is shared between tests
     headers = {**kwargs.pop("headers", {}), **bearer(token(make_token))}
     response = client.post("/plants", headers=headers, **kwargs)
     assert_error(response, 401)
@@ -174,6 +175,7 @@ def test_an_invalid_token_is_401_before_a_bad_create_is_400(client, make_token, 
 @pytest.mark.parametrize("kwargs", BAD_CREATES)
 def test_a_missing_scope_is_403_before_a_bad_create_is_400(client, make_token, kwargs):
     reader = make_token("alice", scopes=[READ])
+    kwargs = dict(kwargs)  # the parameter is shared between tests
     response = client.post("/plants", headers={**kwargs.pop("headers", {}), **bearer(reader)},
                            **kwargs)
     assert_error(response, 403)
