@@ -10,8 +10,9 @@ from ..models import Subscription
 HEARING_ABOUT = """subscription s LEFT JOIN "user" u ON u.id = s.owner_id
 WHERE s.is_active AND (s.owner_id IS NULL OR s.owner_id = {owner} OR u.is_admin)"""
 """SQL (a FROM clause): the active subscriptions ``s`` told about a new plant
-of the user ``{owner}`` (a parameter marker); the statements that store a
-plant select from it (see ``queue.store_plant``)."""
+of the user ``{owner}`` (a parameter marker); SQLite's store selects from it
+(see ``queue.store_plant``), PostgreSQL's store functions (migration 0009)
+apply the same rule."""
 
 
 def visible_to(caller):

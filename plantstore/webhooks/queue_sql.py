@@ -16,7 +16,6 @@ function.
 Rows come back as ``JOB_COLUMNS`` (see ``queue.Job``).
 """
 
-
 JOB_COLUMNS = ("d.id, d.message_id, d.payload, d.attempts, d.lease, d.traceparent, "
                "s.id, s.owner_id, s.url, s.bearer_token, s.secret, s.retired_secrets, "
                "s.breaker_opened_at IS NOT NULL")
