@@ -65,7 +65,8 @@ test-postgres: install-test
 # namespaces of this machine; needs root, Linux, PostgreSQL 15's binaries,
 # nginx, pgbouncer, redis-server, faketime. Not part of `make test`.
 # FLEET_ONLY picks scenarios (a pytest -k expression), e.g.
-# make test-fleet FLEET_ONLY=clock_skew. See docs/scaling.md.
+# make test-fleet FLEET_ONLY=clock_skew. FLEET_REPORT=PATH writes the run's
+# figures there as a page (docs/fleet-run.md is one). See docs/scaling.md.
 test-fleet: install-test
 	timeout --signal=INT --kill-after=30 600 $(BIN)/pytest -s -p no:cacheprovider \
 		scripts/fleet $(if $(FLEET_ONLY),-k "$(FLEET_ONLY)") $(PYTEST_ARGS)

@@ -5,7 +5,8 @@ PostgreSQL) and ``pgbouncer`` (through PgBouncer in transaction pooling
 mode), and every scenario runs on both. It is torn down whatever happens:
 a failure, Ctrl-C, SIGTERM (turned into Ctrl-C here) or the make target's
 time limit (SIGINT). A run killed outright leaves namespaces behind that the
-next run removes first.
+next run removes first. With ``FLEET_REPORT=PATH`` the run's figures are
+written there as a page (see report.py).
 """
 import os
 import signal
@@ -14,12 +15,26 @@ import time
 import pytest
 
 from .deployment import Fleet
+from .report import run_report
 
 
 def pytest_configure(config):
     if os.geteuid() != 0:
         pytest.exit("the fleet test builds network namespaces: run it as root", returncode=2)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+def pytest_sessionfinish(session):
+    if os.environ.get("FLEET_REPORT") and run_report.rows:
+        run_report.write(os.environ["FLEET_REPORT"])
+
+
+def scenario_name(item):
+    """``test_clock_skew[direct-+120s]`` as ``clock skew +120s``."""
+    params = item.callspec.params if hasattr(item, "callspec") else {}
+    words = item.originalname.removeprefix("test_").replace("_", " ")
+    return " ".join([words, *(str(value) for name, value in params.items()
+                              if name != "fleet")])
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -48,7 +63,9 @@ def healthy_fleet(fleet, request):
     have left one stopped); prints every process's last lines if the test fails."""
     fleet.heal()
     print(f"\n--- {request.node.name}", flush=True)
+    run_report.begin(scenario_name(request.node), fleet.through)
     yield fleet
     report = getattr(request.node, "report_call", None)
+    run_report.end(passed=report is not None and report.passed)
     if report is not None and report.failed:
         print(f"\n--- logs after {request.node.name}\n{fleet.logs()}", flush=True)

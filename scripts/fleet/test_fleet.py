@@ -20,6 +20,7 @@ from . import records
 from .deployment import LEASE_SECONDS, WEB_NODES, WORKERS
 from .load import Load, PlantIds, RetryPolicy, failures, figures, percentile
 from .processes import Deadline, wait_until
+from .report import run_report
 
 BASELINE_SECONDS = 20
 ANSWER_SECONDS = 5
@@ -50,8 +51,10 @@ class Checks:
 
 
 def say(*lines):
+    """Print a scenario's figures, and keep them for the run's report."""
     for line in lines:
         print(f"    {line}", flush=True)
+        run_report.line(line)
 
 
 def run_load(fleet, **options):
