@@ -1,13 +1,14 @@
 """Housekeeping the webhook worker runs between deliveries: deleting what
 outlived its keep (deliveries past their retention, expired idempotency
-keys). Every deployment with a database needs at least one worker running,
-even with no webhook subscriptions, for these to run."""
+keys, rotated-out signing secrets whose overlap ended). Every deployment
+with a database needs at least one worker running, even with no webhook
+subscriptions, for these to run."""
 import logging
 import time
 
 from .db import database
 from .idempotency import purge_expired_keys
-from .webhooks import queue
+from .webhooks import queue, secrets
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,12 @@ def purge_old_keys(settings):
     return purge_expired_keys()
 
 
-TASKS = (purge_old_deliveries, purge_old_keys)
+def drop_ended_secret_overlaps(settings):
+    """Rotated-out signing secrets whose overlap ended stop signing."""
+    return secrets.drop_ended_overlaps()
+
+
+TASKS = (purge_old_deliveries, purge_old_keys, drop_ended_secret_overlaps)
 
 
 class Maintenance:

@@ -8,8 +8,9 @@ import threading
 import pytest
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from helpers import bearer, create_plant, wait_until
-from plantstore import db
+from helpers import POSTGRES_URL, bearer, create_plant, skew_process_clock, wait_until
+from plantstore import clock, db
+from plantstore.maintenance import Maintenance
 from plantstore.models import Attempt, Delivery, Subscription, utcnow
 from plantstore.webhooks import queue, secrets
 from plantstore.webhooks.config import settings_of
@@ -260,18 +261,56 @@ def test_every_rotated_out_secret_signs_until_its_own_overlap_ends(
     for secret in (secret_a, secret_b, secret_c):
         assert verify(secret, got) == {"id": 1, "name": "fern"}
 
-    # A's overlap ends first (it was rotated out first); B and C go on signing.
-    retired = json.loads(Subscription.get_by_id(subscription_id).retired_secrets)
-    for entry in retired:
-        if entry["secret"] == secret_a:
-            entry["expires_at"] = (utcnow() - HOUR).isoformat()
-    Subscription.update(retired_secrets=json.dumps(retired)).execute()
+    # A's overlap ends first (it was rotated out first): once the housekeeping
+    # has seen it end, B and C go on signing without A.
+    end_overlap(subscription_id, secret_a, -HOUR)
+    run_housekeeping(client.application)
     create_plant(client, alice, 2)
     got = receiver.wait_for(2)[1]
     assert len(signatures(got)) == 2
     assert verify(secret_b, got) == verify(secret_c, got)
     with pytest.raises(WebhookVerificationError):
         verify(secret_a, got)
+
+
+def end_overlap(subscription_id, secret, from_database_now):
+    """Make ``secret``'s overlap end ``from_database_now`` (a timedelta) from
+    the database's time."""
+    retired = json.loads(Subscription.get_by_id(subscription_id).retired_secrets)
+    for entry in retired:
+        if entry["secret"] == secret:
+            entry["expires_at"] = (clock.read() + from_database_now).isoformat()
+    Subscription.update(retired_secrets=json.dumps(retired)).execute()
+
+
+def run_housekeeping(app):
+    """One run of the worker's housekeeping, as a worker makes it."""
+    Maintenance(settings_of(app)).run_if_due(force=True)
+
+
+@pytest.mark.skipif(not POSTGRES_URL, reason="SQLite serves one host: its clock is the "
+                                              "process's")
+@pytest.mark.parametrize("process_clock_off_by, overlap_ends_in, still_signs", [
+    pytest.param(2 * HOUR, HOUR, True, id="process ahead, overlap ends in an hour"),
+    pytest.param(-2 * HOUR, -HOUR, False, id="process behind, overlap ended an hour ago"),
+])
+def test_an_overlap_ends_by_the_databases_clock_whatever_the_senders(
+        client, runner, alice, make_receiver, monkeypatch, process_clock_off_by,
+        overlap_ends_in, still_signs):
+    receiver = make_receiver()
+    subscription_id, old_secret = subscribe(runner, receiver.url)
+    new_secret = invoke(runner, "webhooks", "rotate-secret", str(subscription_id)).stdout.strip()
+    end_overlap(subscription_id, old_secret, overlap_ends_in)
+    skew_process_clock(monkeypatch, process_clock_off_by)
+
+    run_housekeeping(client.application)
+    create_plant(client, alice, 1)
+
+    [got] = receiver.wait_for(1)
+    assert verify(new_secret, got) == {"id": 1, "name": "fern"}
+    assert len(signatures(got)) == (2 if still_signs else 1)
+    if still_signs:
+        assert verify(old_secret, got) == {"id": 1, "name": "fern"}
 
 
 def _admin_token(client):
@@ -292,7 +331,7 @@ def test_rotations_beyond_the_cap_drop_the_secret_that_would_stop_first(runner):
     assert (f"1 older secret(s) stopped signing early: at most "
             f"{secrets.MAX_RETIRED_SECRETS}") in outputs[-1].stderr
     subscription = Subscription.get_by_id(subscription_id)
-    signing = secrets.signing_secrets(subscription, utcnow())
+    signing = secrets.signing_secrets(subscription)
     assert len(signing) == secrets.MAX_RETIRED_SECRETS + 1
     assert first not in signing
     assert signing[0] == outputs[-1].stdout.strip()

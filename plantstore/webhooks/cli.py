@@ -12,9 +12,10 @@ import click
 from flask import current_app
 from flask.cli import AppGroup
 
+from .. import clock
 from ..cli_params import ROW_ID
 from ..db import database
-from ..models import Delivery, Subscription, utcnow
+from ..models import Delivery, Subscription
 from . import queue, receivers, secrets, sender, signing
 from .breaker import is_open
 from .config import settings_of
@@ -88,7 +89,7 @@ def webhooks_add(url, bearer):
 def webhooks_list():
     """List receivers: id, url, owner, state, bearer, secret rotation (never
     secrets), circuit breaker."""
-    now = utcnow()
+    now = clock.read()  # as the housekeeping judges the overlaps' ends
     for subscription in Subscription.select().order_by(Subscription.id):
         state = ("active" if subscription.is_active
                  else f"disabled ({subscription.disabled_reason or 'by an operator'})")

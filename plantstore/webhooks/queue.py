@@ -112,8 +112,8 @@ class Job:
         return self.lease_left() > send_bound + LEASE_MARGIN_SECONDS
 
     def signing_secrets(self):
-        """The secrets that sign its message now: the current one first."""
-        return signing_secrets(self, clock.local_now())
+        """The secrets that sign its message: the current one first."""
+        return signing_secrets(self)
 
 
 def _jobs_of(delivery_ids, leased_at, settings):

@@ -6,13 +6,20 @@ ends, however many rotations follow, so a receiver still holding any
 secret of the last overlap keeps accepting messages. At most
 ``MAX_RETIRED_SECRETS`` rotated-out secrets are kept: a rotation beyond that
 drops the one that would stop signing first, and says so.
+
+An overlap's end is the database's time, and only the database's clock
+judges it: a rotation and the housekeeping that drops ended overlaps
+(``drop_ended_overlaps``) read it, and a sender signs with every secret the
+subscription keeps, whatever its own host's clock says. A secret therefore
+signs until the first housekeeping run after its overlap ends.
 """
 import dataclasses
 import datetime
 import json
 
+from .. import clock
 from ..db import database, is_sqlite
-from ..models import Subscription, utcnow
+from ..models import Subscription
 from .signing import new_secret
 
 MAX_RETIRED_SECRETS = 4
@@ -28,9 +35,37 @@ def retired(subscription, now):
     return [(secret, expires) for secret, expires in pairs if expires > now]
 
 
-def signing_secrets(subscription, now):
-    """The secrets that sign a message sent at ``now``: the current one first."""
-    return (subscription.secret,) + tuple(secret for secret, _ in retired(subscription, now))
+def signing_secrets(subscription):
+    """The secrets that sign its messages: the current one first, then every
+    one rotated out that it keeps (no clock is read here: see the module)."""
+    entries = json.loads(subscription.retired_secrets or "[]")
+    return (subscription.secret,) + tuple(entry["secret"] for entry in entries)
+
+
+def _stored(pairs):
+    """(secret, expires_at) pairs as ``retired_secrets`` keeps them (NULL: none)."""
+    if not pairs:
+        return None
+    return json.dumps([{"secret": secret, "expires_at": until.isoformat()}
+                       for secret, until in pairs])
+
+
+def drop_ended_overlaps():
+    """Housekeeping: forget the rotated-out secrets whose overlap has ended by
+    the database's clock; how many subscriptions changed. A rotation that
+    changed a subscription meanwhile wins (its own rotation dropped them)."""
+    now = clock.read()
+    changed = 0
+    rotated = (Subscription.select(Subscription.id, Subscription.retired_secrets)
+               .where(Subscription.retired_secrets.is_null(False)))
+    for subscription in rotated:
+        kept = retired(subscription, now)
+        if len(kept) < len(json.loads(subscription.retired_secrets)):
+            changed += (Subscription.update(retired_secrets=_stored(kept))
+                        .where(Subscription.id == subscription.id,
+                               Subscription.retired_secrets == subscription.retired_secrets)
+                        .execute())
+    return changed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,9 +82,9 @@ def rotate(subscription_id, overlap_hours):
 
     Returns a ``Rotation``, or None when there is no such subscription.
     """
-    now = utcnow()
-    expires = now + datetime.timedelta(hours=overlap_hours)
     with database.atomic():
+        now = clock.read()
+        expires = now + datetime.timedelta(hours=overlap_hours)
         query = Subscription.select().where(Subscription.id == subscription_id)
         if not is_sqlite():
             query = query.for_update()  # two rotations at once: one after the other
@@ -62,7 +97,6 @@ def rotate(subscription_id, overlap_hours):
         dropped = max(0, len(kept) - MAX_RETIRED_SECRETS)
         kept = sorted(kept, key=lambda pair: pair[1], reverse=True)[:MAX_RETIRED_SECRETS]
         secret = new_secret()
-        (Subscription.update(secret=secret, retired_secrets=json.dumps(
-            [{"secret": old, "expires_at": until.isoformat()} for old, until in kept]))
+        (Subscription.update(secret=secret, retired_secrets=_stored(kept))
          .where(Subscription.id == subscription_id).execute())
     return Rotation(secret, expires, dropped)
