@@ -83,7 +83,9 @@ class Subscription(BaseModel):
     is_active = BooleanField(default=True)
     disabled_reason = TextField(null=True)
     disabled_at = DateTimeField(null=True)
-    enabled_at = DateTimeField(null=True)  # enabled again; NULL: since created_at
+    # enabled again; NULL: since created_at. Both are the database's time:
+    # how long a subscription has failed is judged by it.
+    enabled_at = DateTimeField(null=True)
     last_success_at = DateTimeField(null=True)  # the last 2xx of any delivery
     created_at = DateTimeField(default=utcnow)
     # The circuit breaker (see webhooks/breaker.py): failures in a row, and

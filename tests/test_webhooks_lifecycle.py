@@ -3,12 +3,23 @@ sustained failure, retention, test events, recovery, and the history of
 rotated-out secrets. The clock is moved by rewriting stored times."""
 import datetime
 import json
+import os
+import subprocess
 import threading
 
 import pytest
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from helpers import POSTGRES_URL, bearer, create_plant, skew_process_clock, wait_until
+from helpers import (
+    PLANTSTORE,
+    POSTGRES_URL,
+    bearer,
+    create_plant,
+    plantstore_env,
+    setting,
+    skew_process_clock,
+    wait_until,
+)
 from plantstore import clock, db
 from plantstore.maintenance import Maintenance
 from plantstore.models import Attempt, Delivery, Subscription, utcnow
@@ -288,8 +299,11 @@ def run_housekeeping(app):
     Maintenance(settings_of(app)).run_if_due(force=True)
 
 
-@pytest.mark.skipif(not POSTGRES_URL, reason="SQLite serves one host: its clock is the "
-                                              "process's")
+postgres_clock_only = pytest.mark.skipif(
+    not POSTGRES_URL, reason="SQLite serves one host: its clock is the process's")
+
+
+@postgres_clock_only
 @pytest.mark.parametrize("process_clock_off_by, overlap_ends_in, still_signs", [
     pytest.param(2 * HOUR, HOUR, True, id="process ahead, overlap ends in an hour"),
     pytest.param(-2 * HOUR, -HOUR, False, id="process behind, overlap ended an hour ago"),
@@ -335,3 +349,27 @@ def test_rotations_beyond_the_cap_drop_the_secret_that_would_stop_first(runner):
     assert len(signing) == secrets.MAX_RETIRED_SECRETS + 1
     assert first not in signing
     assert signing[0] == outputs[-1].stdout.strip()
+
+
+@postgres_clock_only
+def test_a_host_whose_clock_is_off_writes_a_subscriptions_times_by_the_databases(
+        database_url):
+    """A subscription's creation (against which how long it has failed is
+    judged) and a rotated-out secret's overlap are the database's time,
+    whatever the clock of the host that wrote them: here hours behind."""
+    skewed = ("faketime", "-f", "-6h", str(PLANTSTORE))
+    env = {**os.environ, **plantstore_env(database_url)}
+    added = subprocess.run([*skewed, "webhooks", "add", "http://127.0.0.1:9/hook"],
+                           env=env, capture_output=True, text=True, timeout=60, check=True)
+    subscription_id = json.loads(added.stdout)["id"]
+    subprocess.run([*skewed, "webhooks", "rotate-secret", str(subscription_id)], env=env,
+                   capture_output=True, text=True, timeout=60, check=True)
+
+    [(age, overlap_left)] = db.database.execute_sql(
+        "SELECT extract(epoch FROM (now() AT TIME ZONE 'UTC') - created_at), "
+        "extract(epoch FROM (retired_secrets::json->0->>'expires_at')::timestamp "
+        "                   - (now() AT TIME ZONE 'UTC')) "
+        "FROM subscription WHERE id = %s", (subscription_id,)).fetchall()
+    overlap = setting("WEBHOOK_SECRET_OVERLAP_HOURS").default * 3600
+    assert 0 <= age < 60
+    assert overlap - 60 < overlap_left <= overlap

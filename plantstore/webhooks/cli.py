@@ -81,7 +81,7 @@ def webhooks_add(url, bearer):
     secret = signing.new_secret()
     with database.atomic():
         subscription = Subscription.create(url=url, bearer_token=bearer or None,
-                                           secret=secret)
+                                           secret=secret, created_at=clock.read())
     click.echo(json.dumps({"id": subscription.id, "url": url, "secret": secret}))
 
 

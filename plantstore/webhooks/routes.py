@@ -7,6 +7,7 @@ import re
 from flask import current_app, g, request
 from flask_smorest import abort
 
+from .. import clock
 from ..api import Blueprint, json_response, no_content
 from ..auth import WEBHOOKS_READ, WEBHOOKS_WRITE
 from ..db import database, is_sqlite
@@ -92,7 +93,8 @@ def create_subscription(new):
                                f"most allowed ({most}); delete one first.")
         subscription = Subscription.create(owner=g.caller.user_id, url=new["url"],
                                            bearer_token=new.get("bearer"),
-                                           secret=signing.new_secret())
+                                           secret=signing.new_secret(),
+                                           created_at=clock.read())
     return subscription, 201, {"Location": f"{request.script_root}/webhooks/{subscription.id}"}
 
 
