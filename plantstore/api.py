@@ -18,7 +18,6 @@ from decimal import Decimal
 
 import flask
 import flask_smorest
-import marshmallow as ma
 from flask_smorest import abort
 from webargs import core
 from webargs.flaskparser import FlaskParser, is_json_request
@@ -37,42 +36,9 @@ def _parse_int(text):
     return int(text) if len(text) <= LONGEST_INT_LITERAL else Decimal(text)
 
 
-def _is_schema(argmap):
-    """True for a marshmallow Schema class or instance (not a dict or a callable)."""
-    return isinstance(argmap, ma.Schema) or (
-        isinstance(argmap, type) and issubclass(argmap, ma.Schema))
-
-
 class ArgumentsParser(FlaskParser):
-    """webargs' Flask parser answering 400 when arguments fail validation,
-    remembering what recent query strings parse to.
-
-    A query string's arguments are a pure function of the schema and the
-    string, and clients repeat theirs (``?limit=100``), so the arguments of
-    the most recent ``QUERY_CACHE_SIZE`` query strings are kept per schema
-    and handed out as copies. Failures are not kept: they raise each time.
-    """
+    """webargs' Flask parser, answering 400 when arguments fail validation."""
     DEFAULT_VALIDATION_STATUS = 400
-    QUERY_CACHE_SIZE = 512
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._parsed_queries = {}
-
-    def parse(self, argmap, req=None, *, location=None, validate=None, **kwargs):
-        """webargs' parse; for a query string seen lately, its kept arguments."""
-        # Kept for GET /plants?limit=100: 12 % more requests per second
-        # (in-process test client on SQLite, median of 31 alternating runs).
-        if location != "query" or validate is not None or not _is_schema(argmap):
-            return super().parse(argmap, req, location=location, validate=validate, **kwargs)
-        key = (argmap, kwargs.get("unknown"), (req or flask.request).query_string)
-        parsed = self._parsed_queries.get(key)
-        if parsed is None:
-            parsed = super().parse(argmap, req, location=location, **kwargs)
-            if len(self._parsed_queries) >= self.QUERY_CACHE_SIZE:
-                self._parsed_queries.clear()
-            self._parsed_queries[key] = parsed
-        return dict(parsed)
 
     def _raw_load_json(self, req):
         """The JSON body, read so that no input can make it fail with a 500.
@@ -94,13 +60,6 @@ class Blueprint(flask_smorest.Blueprint):
     """A smorest Blueprint whose documented and real validation status is 400,
     with the checks every plantstore route shares."""
     ARGUMENTS_PARSER = ArgumentsParser()
-
-    def arguments(self, schema, **kwargs):
-        """smorest's ``arguments``, with a schema class made into its one
-        instance here (webargs would make one on every request)."""
-        # Kept for POST /plants: 16 % more requests per second (in-process
-        # test client on SQLite, median of 31 alternating runs).
-        return super().arguments(schema() if isinstance(schema, type) else schema, **kwargs)
 
     def documents_errors(self, *statuses):
         """Document the error answers (``ErrorSchema``) an operation really gives."""

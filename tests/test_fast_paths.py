@@ -1,6 +1,5 @@
 """The hot paths' shortcuts answer exactly what the slow, documented way would:
-SQL text statements against the peewee queries they stand for,
-the kept query-string arguments against a fresh schema load, the plant
+SQL text statements against the peewee queries they stand for, the plant
 bodies of the list and the create against the marshmallow schema's dump,
 SQLite's write turns against SQLite's own locking, and the access line
 written directly against the one logging would write."""
@@ -20,17 +19,15 @@ from gunicorn.config import Config as GunicornConfig
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from peewee import IntegrityError, OperationalError
-from webargs.flaskparser import FlaskParser
 
-from helpers import assert_error, bearer, seed, wait_until
+from helpers import bearer, seed, wait_until
 from plantstore import db
-from plantstore.api import Blueprint
 from plantstore.auth import find_caller, issue_token
 from plantstore.gunicorn import JSONAccessLogger, _plain_json_stream_handler
 from plantstore.logs import REQUEST_ID_ENVIRON_KEY, JSONFormatter
 from plantstore.models import Plant, Subscription, User, utcnow
 from plantstore.plants import queries
-from plantstore.plants.schemas import PlantQueryArgsSchema, PlantSchema, plant_json
+from plantstore.plants.schemas import PlantSchema, plant_json
 from plantstore.webhooks import config as webhook_config
 from plantstore.webhooks import queue
 
@@ -82,33 +79,6 @@ def test_token_lookup_reads_the_stored_expiry_as_the_model_does(app, expires_in,
     assert (caller is not None) == valid
     if valid:
         assert caller.user_id == user.id and not caller.is_admin
-
-
-QUERY_STRINGS = ["", "limit=5", "limit=5&after=-3", "after=12", "limit=1000",
-                 "limit=5&unknown=1"]
-BAD_QUERY_STRINGS = ["limit=0", "limit=x", "after=1.5", "limit=1&limit=2",
-                     "after=9223372036854775808", "limit=%2B7"]
-
-
-@pytest.mark.parametrize("query_string", QUERY_STRINGS)
-def test_remembered_query_arguments_are_what_the_schema_loads(app, query_string):
-    parser = Blueprint.ARGUMENTS_PARSER
-    with app.test_request_context(query_string=query_string):
-        expected = FlaskParser().parse(PlantQueryArgsSchema, location="query")
-        first = parser.parse(PlantQueryArgsSchema, location="query")
-        again = parser.parse(PlantQueryArgsSchema, location="query")
-    assert first == again == expected
-    first["limit"] = "changed by a caller"
-    with app.test_request_context(query_string=query_string):
-        assert parser.parse(PlantQueryArgsSchema, location="query") == expected
-
-
-@pytest.mark.parametrize("query_string", BAD_QUERY_STRINGS)
-def test_a_query_string_that_failed_fails_again(client, alice, query_string):
-    path = "/plants?" + query_string
-    first = assert_error(client.get(path, headers=bearer(alice)), 400)
-    again = assert_error(client.get(path, headers=bearer(alice)), 400)
-    assert first == again
 
 
 # Every name and tag a plant can be stored with: no NUL, no lone surrogate.
