@@ -489,3 +489,13 @@ def test_a_receivers_slots_and_its_owners_free_as_attempts_end():
     slots.release(jobs[0])
     assert slots.room().receivers == {"r": 1} and slots.try_take(jobs[2])
     assert slots.held() == 2
+
+
+def test_a_slot_released_while_the_worker_claimed_is_not_waited_for_again():
+    slots = Slots(4, 4)
+    jobs = [job_of("a", "r"), job_of("a", "r")]
+    assert all(slots.try_take(job) for job in jobs)
+    room = slots.room()  # the worker reads its room, then claims ...
+    slots.release(jobs[0])  # ... and an attempt ends meanwhile
+    assert slots.wait_for_release(room.releases, timeout=10)  # at once, not at the next end
+    assert not slots.wait_for_release(slots.room().releases, timeout=0.01)

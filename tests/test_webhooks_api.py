@@ -1,4 +1,4 @@
-"""Self-service webhooks over the API: every row of issue 10's table, per-user
+"""Self-service webhooks over the API: every route and answer, per-user
 scoping, scopes, the per-user cap and the served document, against real
 receivers on loopback (allowed by PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS)."""
 import datetime

@@ -16,12 +16,14 @@ import threading
 @dataclasses.dataclass(frozen=True)
 class Room:
     """How many more attempts a process takes now: in all, per receiver and
-    per owner (the maps name those with slots held; others get the default)."""
+    per owner (the maps name those with slots held; others get the default),
+    and how many slots had been released when it was read."""
     free: int
     receiver_default: int
     owner_default: int
     receivers: dict  # subscription id -> attempts it may still take
     owners: dict  # owner key -> attempts it may still take
+    releases: int
 
 
 class Slots:
@@ -34,6 +36,7 @@ class Slots:
         self._receivers = collections.Counter()
         self._owners = collections.Counter()
         self._held = 0
+        self._releases = 0  # ever, so that a waiter can tell whether one came since
 
     def _share(self, owners):
         """The most slots one of ``owners`` owners may hold."""
@@ -57,6 +60,7 @@ class Slots:
         """Give back ``job``'s slot (its attempt ended)."""
         with self._changed:
             self._held -= 1
+            self._releases += 1
             for counter, key in ((self._receivers, job.subscription_id),
                                  (self._owners, job.owner_key)):
                 counter[key] -= 1
@@ -78,12 +82,14 @@ class Slots:
                 receiver_default=self.per_receiver,
                 owner_default=self._share(len(self._owners) + 1),
                 receivers={sid: self.per_receiver - n for sid, n in self._receivers.items()},
-                owners={owner: max(0, share - n) for owner, n in self._owners.items()})
+                owners={owner: max(0, share - n) for owner, n in self._owners.items()},
+                releases=self._releases)
 
-    def wait_for_release(self, timeout):
-        """Wait until a slot is released; False if ``timeout`` seconds passed first."""
+    def wait_for_release(self, since, timeout):
+        """Wait until a slot is released after ``since`` (a ``Room``'s
+        ``releases``): at once if one was already; False on timeout."""
         with self._changed:
-            return self._changed.wait(timeout)
+            return self._changed.wait_for(lambda: self._releases != since, timeout)
 
     def wait_until_idle(self, timeout):
         """Wait until no slot is held; False on timeout."""

@@ -89,7 +89,7 @@ class Worker:
                 continue  # there may be more, for other receivers
             self.maintenance.run_if_due()
             if self.slots.held():
-                self.slots.wait_for_release(WAKE_SECONDS)
+                self.slots.wait_for_release(room.releases, WAKE_SECONDS)
             elif jobs:
                 continue  # they ended already: look again
             elif busy or self.writer.unwritten():
