@@ -56,12 +56,12 @@ class TurnTakingSqliteDatabase(PooledSqliteDatabase):
         super().__init__(*args, **kwargs)
         self._writer = threading.Lock()
         self._writing = threading.local()
-        self._wait_seconds = SQLITE_PRAGMAS["busy_timeout"] / 1000
+        self.turn_wait_seconds = SQLITE_PRAGMAS["busy_timeout"] / 1000  # a writer's bound
         self._turns = None  # (pid, the open -writer file); a forked child opens its own
 
     def begin(self, lock_type=None):
-        deadline = time.monotonic() + self._wait_seconds
-        if not self._writer.acquire(timeout=self._wait_seconds):
+        deadline = time.monotonic() + self.turn_wait_seconds
+        if not self._writer.acquire(timeout=self.turn_wait_seconds):
             raise OperationalError("database is locked")
         try:
             turns = self._take_process_turn(deadline)

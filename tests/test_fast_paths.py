@@ -198,7 +198,7 @@ def write_row_3(database):
 
 def assert_a_writer_gives_up_after_its_bound(database):
     """A writer allowed 0.2 s for its turn gets "database is locked" after it."""
-    database._wait_seconds = 0.2
+    database.turn_wait_seconds = 0.2
     started = time.monotonic()
     error = write_row_3(database)
     waited = time.monotonic() - started
