@@ -190,17 +190,21 @@ def _fair(fair):
 
 
 def _worker(worker):
-    """Deliveries per second drained by one and two workers."""
+    """Deliveries per second drained by one and two workers, and their CPU per delivery."""
     lines = ["## The worker's drain rate", "",
              "Deliveries due at once to a fast keep-alive receiver on loopback "
              "(`bench/receiver.py`), drained by `plantstore worker` processes; counted "
-             "from the first delivery to the last.", "",
-             "| database | 1 worker | 2 workers | 2 / 1 |", "|---|---|---|---|"]
+             "from the first delivery to the last, as is the workers' CPU (user + "
+             "system, from `/proc`) per delivery.", "",
+             "| database | 1 worker | 2 workers | 2 / 1 | CPU µs/delivery, 1 worker "
+             "| 2 workers |", "|---|---|---|---|---|---|"]
     for backend in dict.fromkeys(backend for backend, _ in worker):
         one, two = worker[(backend, 1)], worker[(backend, 2)]
-        lines.append(f"| {backend} | {one:,.0f}/s | {two:,.0f}/s | {two / one:.2f}x |")
+        lines.append(f"| {backend} | {one['rate']:,.0f}/s | {two['rate']:,.0f}/s "
+                     f"| {two['rate'] / one['rate']:.2f}x | {one['cpu_us']:,.0f} "
+                     f"| {two['cpu_us']:,.0f} |")
     if ("PostgreSQL", 1) in worker:
-        one, two = worker[("PostgreSQL", 1)], worker[("PostgreSQL", 2)]
+        one, two = worker[("PostgreSQL", 1)]["rate"], worker[("PostgreSQL", 2)]["rate"]
         lines += ["", f"PostgreSQL, one worker >= {WORKER_TARGET}/s: "
                   f"{_verdict(one >= WORKER_TARGET)}; two >= {TWO_WORKERS_TARGET}x one: "
                   f"{_verdict(two >= TWO_WORKERS_TARGET * one)}."]

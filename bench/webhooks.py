@@ -11,7 +11,9 @@ The worker: BENCH_WORKER_DELIVERIES (5,000) deliveries due at once to a fast
 keep-alive receiver, drained by one and by two ``plantstore worker``
 processes, on each backend BENCH_DATABASE names (throwaway databases, see
 databases.py). The rate is counted from the first delivery to the last
-(process start-up excluded).
+(process start-up excluded), and so is the workers' CPU per delivery (user +
+system time of their processes, from /proc: see cpu.py), the steadier figure
+on a shared machine.
 """
 import os
 import signal
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import requests
 
+import cpu
 import seed
 import servers
 
@@ -155,6 +158,11 @@ def _contender(server, token):
     return run.Contender(server.name, server, token)
 
 
+def _cpu_seconds(processes):
+    """User + system CPU seconds of the worker processes so far."""
+    return sum(cpu.tree_cpu_seconds(process.pid) for process in processes)
+
+
 def _queue(url, receiver_url, count):
     """One subscription and ``count`` deliveries due now."""
     from plantstore import create_app
@@ -182,8 +190,9 @@ def _delivered(url):
 
 
 def measure_worker(venv_bin, count, backends):
-    """Deliveries per second drained by 1 and 2 workers, per backend
-    (``databases`` backends, each making a fresh database per run)."""
+    """Deliveries per second and the workers' CPU µs per delivery, drained
+    by 1 and 2 workers, per backend (``databases`` backends, each making a
+    fresh database per run)."""
     from plantstore import create_app
     results = {}
     port = servers.free_port()
@@ -208,19 +217,21 @@ def measure_worker(venv_bin, count, backends):
                     while time.monotonic() < deadline:
                         done = _delivered(url)
                         if done and first is None:
-                            first = (time.monotonic(), done)
+                            first = (time.monotonic(), done, _cpu_seconds(processes))
                         if done >= count:
-                            last = time.monotonic()
+                            last = (time.monotonic(), _cpu_seconds(processes))
                             break
                         time.sleep(0.02)
                 finally:
                     for process in processes:
                         os.killpg(process.pid, signal.SIGTERM)
                         process.wait(timeout=60)
-                rate = (count - first[1]) / (last - first[0]) if last else float("nan")
-                results[(backend, workers)] = rate
+                drained = count - first[1]
+                rate = drained / (last[0] - first[0]) if last else float("nan")
+                cpu_us = (last[1] - first[2]) / drained * 1e6 if last else float("nan")
+                results[(backend, workers)] = {"rate": rate, "cpu_us": cpu_us}
                 print(f"worker drain {backend}, {workers} worker(s): {rate:,.0f} "
-                      f"deliveries/s", flush=True)
+                      f"deliveries/s, {cpu_us:,.0f} µs CPU per delivery", flush=True)
     finally:
         receiver.stop()
     return results
