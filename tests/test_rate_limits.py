@@ -210,7 +210,7 @@ class TestHungRedis:
             assert "X-RateLimit-Limit" not in response.headers
             # In-process requests take a few ms; asking the hung Redis would
             # cost HUNG_TIMEOUT (500 ms) each.
-            assert seconds < 0.15, [round(took, 3) for _, took in during]
+            assert seconds < HUNG_TIMEOUT / 2, [round(took, 3) for _, took in during]
         assert _storage_failures_in(client) - failures_before == 11
         warnings = [record for record in caplog.records
                     if "rate limit storage unreachable" in record.getMessage()]
