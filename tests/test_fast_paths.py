@@ -2,7 +2,8 @@
 SQL text statements against the peewee queries they stand for, the plant
 bodies of the list and the create against the marshmallow schema's dump,
 SQLite's write turns against SQLite's own locking, and the access line
-written directly against the one logging would write."""
+written directly against the one logging would write; and the request
+schemas are made once, not per request."""
 import dataclasses
 import datetime
 import io
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 
+import marshmallow as ma
 import pytest
 from flask import json
 from gunicorn.config import Config as GunicornConfig
@@ -20,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from peewee import IntegrityError, OperationalError
 
-from helpers import bearer, seed, wait_until
+from helpers import bearer, create_plant, seed, wait_until
 from plantstore import db
 from plantstore.auth import find_caller, issue_token
 from plantstore.gunicorn import JSONAccessLogger, _plain_json_stream_handler
@@ -117,6 +119,24 @@ def test_created_plant_body_is_byte_for_byte_the_schema_dump(app, client, alice)
         with app.app_context():
             documented = json.dumps(PlantSchema().dump(Plant.get_by_id(plant_id)))
         assert response.data == documented.encode()
+
+
+def test_a_request_makes_no_schema(client, alice, monkeypatch):
+    """The schemas that load a request's arguments are made when the routes
+    are declared: from a schema class webargs would make one per request."""
+    made = []
+    make = ma.Schema.__init__
+
+    def counted(schema, *args, **kwargs):
+        made.append(type(schema).__name__)
+        make(schema, *args, **kwargs)
+    monkeypatch.setattr(ma.Schema, "__init__", counted)
+    create_plant(client, alice, 1)
+    response = client.post("/plants", json={"id": 2, "name": "moss"},
+                           headers={**bearer(alice), "Idempotency-Key": "k-2"})
+    assert response.status_code == 200
+    assert client.get("/plants?limit=10", headers=bearer(alice)).status_code == 200
+    assert made == []
 
 
 def test_a_stored_plants_jobs_are_what_a_claim_of_its_deliveries_reads(app, alice, bob):
