@@ -51,8 +51,12 @@ def test_a_hanging_receiver_slows_neither_creates_nor_reads_and_every_plant_is_d
         with requests.Session() as session:
             plant_id = first
             while not stop.is_set():
-                answer = session.post(server.url + "/plants", headers=bearer(alice),
-                                      json={"id": plant_id, "name": "fern"}, timeout=60)
+                try:
+                    answer = session.post(server.url + "/plants", headers=bearer(alice),
+                                          json={"id": plant_id, "name": "fern"}, timeout=60)
+                except requests.RequestException as error:  # the server is gone
+                    failures.append(repr(error))
+                    return
                 if answer.status_code != 200:
                     failures.append(answer.text)
                     return
@@ -64,7 +68,12 @@ def test_a_hanging_receiver_slows_neither_creates_nor_reads_and_every_plant_is_d
             while not stop.is_set():
                 for path in slowest:
                     started = time.monotonic()
-                    answer = session.get(server.url + path, headers=bearer(alice), timeout=60)
+                    try:
+                        answer = session.get(server.url + path, headers=bearer(alice),
+                                             timeout=60)
+                    except requests.RequestException as error:
+                        failures.append(repr(error))
+                        return
                     if answer.status_code != 200:
                         failures.append(answer.text)
                         return
