@@ -209,8 +209,10 @@ def _claim(user_id, key, fingerprint):
     return stored
 
 
-def _remember(row_id, response):
-    """Store ``response`` as the answer of the claimed key ``row_id``."""
+def store_answer(row_id, response):
+    """Store ``response`` as the answer of the claimed key ``row_id``: on
+    SQLite the last write of a keyed create's transaction, where its plant
+    and key are written and nothing is committed yet."""
     (IdempotencyKey.update(status=response.status_code, content_type=response.content_type,
                            body=response.get_data(as_text=True))
      .where(IdempotencyKey.id == row_id).execute())
@@ -267,7 +269,7 @@ def _run_in_key_transaction(view, args, kwargs, key, fingerprint):
             response = make_response(view(*args, **kwargs))
             if not 200 <= response.status_code < 300:
                 raise _NotRemembered(response)
-            _remember(claimed, response)
+            store_answer(claimed, response)
             return response
     except _NotRemembered as failure:
         return failure.response

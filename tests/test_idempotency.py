@@ -185,14 +185,14 @@ def held_create(app, monkeypatch):
     ``release()`` lets it finish and gives its response. Released at the
     end of the test whatever happened."""
     inside, released = threading.Event(), threading.Event()
-    remember = idempotency._remember
+    store_answer = idempotency.store_answer
 
-    def remember_when_released(row_id, response):
+    def store_answer_when_released(row_id, response):
         if not inside.is_set():  # only the first request's
             inside.set()
             assert released.wait(timeout=60), "the held create was never released"
-        remember(row_id, response)
-    monkeypatch.setattr(idempotency, "_remember", remember_when_released)
+        store_answer(row_id, response)
+    monkeypatch.setattr(idempotency, "store_answer", store_answer_when_released)
     pool = concurrent.futures.ThreadPoolExecutor(1)
 
     def start(token, key, plant):
@@ -316,7 +316,7 @@ def hold(row_id, response):
     sys.exit("the holder was not killed")
 
 
-idempotency._remember = hold
+idempotency.store_answer = hold
 app = create_app({"DATABASE_URL": url})
 app.test_client().post("/plants", json=json.loads(plant), headers={
     "Authorization": f"Bearer {token}", "Idempotency-Key": key})
