@@ -134,9 +134,13 @@ def test_while_open_workers_send_one_probe_per_cooldown_and_its_success_closes_i
         create_plant(client, alice, plant_id)
     due_now = Subscription.update(breaker_probe_at=Subscription.breaker_opened_at)
     due_now.where(Subscription.id == subscription_id).execute()
+    opened = Subscription.get_by_id(subscription_id)
 
     assert Worker(settings_of(app)).run_once() == {"retry": 1}  # one probe, still failing
     assert len(receiver.requests) == 3
+    probed = Subscription.get_by_id(subscription_id)  # still open since the same time
+    assert probed.failure_streak == 3 and probed.breaker_opened_at == opened.breaker_opened_at
+    assert probed.breaker_probe_at > opened.breaker_probe_at
     assert Worker(settings_of(app)).run_once() == {}  # next probe a cooldown away
 
     receiver.answer = Answer(200)

@@ -16,10 +16,6 @@ that every process and machine sees it.
   opening time and the probe time are cleared and the waiting deliveries go
   out on their schedule again.
 """
-from peewee import Case
-
-from .. import clock
-from ..models import Subscription
 
 
 def is_failure(result):
@@ -42,28 +38,3 @@ def streak_change(results):
         elif is_failure(result):
             failures += 1
     return closed, failures
-
-
-def changes(closed, failures, settings):
-    """The subscription columns an ended batch of its attempts changes, as an
-    UPDATE's mapping (empty when none), from ``streak_change``'s ``closed``
-    and ``failures``. Times are the database's (``plantstore_record_outcomes``
-    of migration 0008 applies the same rules on PostgreSQL)."""
-    if not closed and not failures:
-        return {}
-    now, next_probe = clock.now(), clock.after(settings.breaker_cooldown)
-    if closed:
-        tripped = failures >= settings.breaker_threshold
-        return {Subscription.failure_streak: failures,
-                Subscription.breaker_opened_at: now if tripped else None,
-                Subscription.breaker_probe_at: next_probe if tripped else None}
-    streak = Subscription.failure_streak + failures
-    tripped = streak >= settings.breaker_threshold
-    return {
-        Subscription.failure_streak: streak,
-        Subscription.breaker_opened_at: Case(
-            None, [(Subscription.breaker_opened_at.is_null() & tripped, now)],
-            Subscription.breaker_opened_at),
-        Subscription.breaker_probe_at: Case(
-            None, [(tripped, next_probe)], Subscription.breaker_probe_at),
-    }
