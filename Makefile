@@ -6,7 +6,7 @@ PG_TEST_URL ?= postgresql://postgres@127.0.0.1:5432/test
 PLANTSTORE_DATABASE_URL ?= sqlite:///plantstore.db
 export PLANTSTORE_DATABASE_URL
 
-.PHONY: install install-test migrate run lint test test-fast test-slow test-sqlite test-postgres test-fleet smoke smoke-nginx bench bench-ab docs clean
+.PHONY: install install-test migrate run lint test test-fast test-slow test-sqlite test-postgres test-fleet smoke smoke-nginx bench bench-ab bench-floor docs clean
 
 $(BIN)/.installed: setup.py setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -93,6 +93,11 @@ bench: install
 # make bench-ab AB_A="GUNICORN_THREADS=4" AB_B="GUNICORN_THREADS=8" BENCH_DATABASE=postgres
 bench-ab: install
 	$(BIN)/python bench/ab.py
+
+# plantstore beside the same work as a plain Flask app (bench/flask_floor.py)
+# and the yardsticks: the room the framework leaves (see docs/benchmarking.md).
+bench-floor: install
+	$(BIN)/python bench/floor.py
 
 # docs/settings.md from the settings table in plantstore/settings.py.
 docs: install
