@@ -15,6 +15,11 @@ that every process and machine sees it.
 - The breaker **closes** on the first 2xx, whoever got it: the streak, the
   opening time and the probe time are cleared and the waiting deliveries go
   out on their schedule again.
+
+Here, what a batch's results say (``streak_change``); the row is moved by
+SQL, in the statement that writes the batch's outcomes, by the database's
+clock: ``plantstore_record_outcomes`` (migration 0008) on PostgreSQL,
+``queue._SQLITE_MOVE_BREAKER`` on SQLite.
 """
 
 
