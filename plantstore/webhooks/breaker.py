@@ -17,8 +17,8 @@ that every process and machine sees it.
   out on their schedule again.
 
 Here, what a batch's results say (``streak_change``); the row is moved by
-SQL, in the statement that writes the batch's outcomes, by the database's
-clock: ``plantstore_record_outcomes`` (migration 0008) on PostgreSQL,
+SQL, in the transaction that writes the batch's outcomes:
+``plantstore_record_outcomes`` (migration 0008) on PostgreSQL,
 ``queue._SQLITE_MOVE_BREAKER`` on SQLite.
 """
 
