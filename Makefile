@@ -89,8 +89,9 @@ smoke-nginx: install
 bench: install
 	$(BIN)/python bench/run.py
 
-# Two gunicorn set-ups side by side, e.g.
+# Two gunicorn set-ups, or two working trees, side by side, e.g.
 # make bench-ab AB_A="GUNICORN_THREADS=4" AB_B="GUNICORN_THREADS=8" BENCH_DATABASE=postgres
+# make bench-ab AB_B_CHECKOUT=/tmp/without   (a git worktree of the code without a change)
 bench-ab: install
 	$(BIN)/python bench/ab.py
 

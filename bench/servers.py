@@ -132,14 +132,17 @@ def vm_rss_kib(pid):
     return None
 
 
-def plantstore(database_url, log_dir, venv_bin, name="plantstore", env=None):
-    """plantstore under gunicorn with the project's own config."""
+def plantstore(database_url, log_dir, venv_bin, name="plantstore", env=None, checkout=REPO):
+    """plantstore under gunicorn with the project's own config, served from
+    ``checkout`` (another working tree: its config and its package)."""
+    checkout = Path(checkout)
     return Server(
         name,
-        [str(venv_bin / "gunicorn"), "-c", str(GUNICORN_CONF), "wsgi:app"],
+        [str(venv_bin / "gunicorn"), "-c", str(checkout / GUNICORN_CONF.relative_to(REPO)),
+         "wsgi:app"],
         {"PLANTSTORE_DATABASE_URL": database_url, "WEB_CONCURRENCY": str(WORKERS),
          **(env or {})},
-        REPO, log_dir)
+        checkout, log_dir)
 
 
 def ceiling(yardsticks, database_url, log_dir, venv_bin, name="ceiling"):
