@@ -65,10 +65,10 @@ class Blueprint(flask_smorest.Blueprint):
         """flask-smorest's ``arguments``, with a schema class instantiated
         once, here: given a class, webargs makes an instance per request,
         copying every field."""
-        # Kept for creates: without it 1.15x the CPU per request and 0.82x
-        # the requests per second (make bench-ab on SQLite, medians of 5
-        # paired runs); in process, 1.25x a create's CPU on SQLite, 1.24x on
-        # PostgreSQL.
+        # Kept for creates: without it 1.19x the CPU per create and 0.56x
+        # the creates per second (make bench-ab AB_B_CHECKOUT=..., SQLite,
+        # medians of 5 paired runs); in process, 1.25x a create's CPU on
+        # SQLite, 1.24x on PostgreSQL.
         return super().arguments(schema() if isinstance(schema, type) else schema, **kwargs)
 
     def documents_errors(self, *statuses):
