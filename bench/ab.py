@@ -34,7 +34,7 @@ def setup_env(text):
 def main():
     a_env, b_env = setup_env(os.environ.get("AB_A", "")), setup_env(os.environ.get("AB_B", ""))
     checkouts = {name: Path(os.environ.get(f"AB_{name}_CHECKOUT") or servers.REPO)
-                 for name in ("A", "B")}
+                 .expanduser().resolve() for name in ("A", "B")}
     for name, checkout in checkouts.items():
         if not (checkout / "config" / "gunicorn.conf.py").exists():
             raise SystemExit(f"AB_{name}_CHECKOUT={checkout}: not a plantstore working tree")
