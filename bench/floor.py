@@ -24,17 +24,6 @@ import servers
 FLOOR = Path(__file__).with_name("flask_floor.py")
 
 
-def flask_floor(yardsticks, database_url, workdir):
-    """flask_floor.py under gunicorn, served from the yardsticks' directory."""
-    worker_class, threads = servers.gunicorn_worker_settings()
-    return servers.Server(
-        "flask-floor",
-        [str(run.VENV_BIN / "gunicorn"), "-w", str(servers.WORKERS), "-k", worker_class,
-         "--threads", str(threads), "-b", "127.0.0.1:{port}", "flask_floor:app"],
-        {"CEILING_DATABASE_URL": database_url, "PYTHONPATH": str(FLOOR.parent)},
-        yardsticks, workdir)
-
-
 def main():
     yardsticks = Path(os.environ.get("BENCH_YARDSTICKS") or run.REPO.parent / "shared" / "bench")
     if not (yardsticks / "ceiling.py").exists():
@@ -47,12 +36,14 @@ def main():
     started = []
     try:
         url = backend.url("plantstore")
+        token = seed.seed_plantstore(url, run.PLANTS)
         contenders = [run.Contender("plantstore", run.start(servers.plantstore(
-            url, workdir, run.VENV_BIN), started), seed.seed_plantstore(url, run.PLANTS))]
+            url, workdir, run.VENV_BIN), started), token)]
         floor_url = backend.url("floor")
         floor_token = seed.seed_yardstick(yardsticks / "ceiling.py", floor_url, run.PLANTS)
-        contenders.append(run.Contender("flask-floor", run.start(
-            flask_floor(yardsticks, floor_url, workdir), started), floor_token))
+        floor = servers.ceiling(yardsticks, floor_url, workdir, run.VENV_BIN, name="flask-floor",
+                                app="flask_floor:app", env={"PYTHONPATH": str(FLOOR.parent)})
+        contenders.append(run.Contender("flask-floor", run.start(floor, started), floor_token))
         contenders += run.start_yardsticks(yardsticks, backend, workdir, started)
         workloads = [key for key in run.chosen_workloads() if key in run.WORKLOADS]
         table = run.compare(runner, contenders, rounds, workloads)

@@ -145,16 +145,18 @@ def plantstore(database_url, log_dir, venv_bin, name="plantstore", env=None, che
         checkout, log_dir)
 
 
-def ceiling(yardsticks, database_url, log_dir, venv_bin, name="ceiling"):
-    """ceiling.py under gunicorn on ``database_url`` (sqlite:/// or
-    postgresql://): as many workers, the same worker class and threads as
-    plantstore (it keeps one connection per thread)."""
+def ceiling(yardsticks, database_url, log_dir, venv_bin, name="ceiling", app="ceiling:app",
+            env=None):
+    """ceiling.py (or ``app``, another WSGI app using its connections) under
+    gunicorn on ``database_url`` (sqlite:/// or postgresql://), served from
+    the yardsticks' directory: as many workers, the same worker class and
+    threads as plantstore (it keeps one connection per thread)."""
     worker_class, threads = gunicorn_worker_settings()
     return Server(
         name,
         [str(venv_bin / "gunicorn"), "-w", str(WORKERS), "-k", worker_class,
-         "--threads", str(threads), "-b", "127.0.0.1:{port}", "ceiling:app"],
-        {"CEILING_DATABASE_URL": database_url}, yardsticks, log_dir)
+         "--threads", str(threads), "-b", "127.0.0.1:{port}", app],
+        {"CEILING_DATABASE_URL": database_url, **(env or {})}, yardsticks, log_dir)
 
 
 def peer(yardsticks, database_url, log_dir, bench_venv_bin, name="fastapi-peer"):
