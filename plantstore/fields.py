@@ -11,7 +11,7 @@ query-string schema.
 """
 import datetime
 import re
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 import marshmallow as ma
 
@@ -50,14 +50,17 @@ class IntegerText(ma.fields.Integer):
     written as a JSON body may write it (``12.0``, ``1.2e1``) is taken too,
     so the id a create sent always names its plant. Values outside
     ``minimum``..``maximum`` are refused with the bound named, before
-    ``int()`` runs on thousands of digits.
+    ``int()`` runs on thousands of digits, and so are exponents past what
+    a ``Decimal`` holds.
     """
     DIGITS = re.compile(r"-?[0-9]+")
     JSON_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
     default_error_messages = {
-        "invalid": "Must be an integer: ASCII digits with an optional leading -.",
+        "invalid": "Must be an integer: ASCII digits with an optional leading -, e.g. 42.",
         "too_small": "Must be greater than or equal to {minimum}.",
         "too_large": "Must be less than or equal to {maximum}.",
+        "unreadable": "Must be an integer from {minimum} to {maximum}, e.g. 42; "
+                      "this one's exponent has more digits than can be read.",
     }
 
     def __init__(self, minimum, maximum, json_spellings=False, **kwargs):
@@ -69,7 +72,11 @@ class IntegerText(ma.fields.Integer):
     def _deserialize(self, value, attr, data, **kwargs):
         if not isinstance(value, str) or not self.written.fullmatch(value):
             raise self.make_error("invalid")
-        number = Decimal(value)
+        try:
+            number = Decimal(value)
+        except InvalidOperation:  # an exponent past Decimal's: 1e99999999999999999999
+            raise self.make_error("unreadable", minimum=self.minimum,
+                                  maximum=self.maximum) from None
         if number != number.to_integral_value():
             raise self.make_error("invalid")
         if number < self.minimum:

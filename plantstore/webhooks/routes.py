@@ -41,9 +41,12 @@ LOCATION_HEADER_DOC = {"Location": {"description": "The new subscription",
 
 def _row_id(raw):
     """The subscription id a path segment names, or a 400 naming ``id``."""
-    if INTEGER.fullmatch(raw) and 1 <= int(raw) <= ROW_ID_MAX:
+    # int() is never given more digits than the largest id has.
+    if INTEGER.fullmatch(raw) and len(raw) <= len(str(ROW_ID_MAX)) \
+            and 1 <= int(raw) <= ROW_ID_MAX:
         return int(raw)
-    abort(400, messages={"path": {"id": [f"Must be an integer from 1 to {ROW_ID_MAX}."]}})
+    abort(400, messages={"path": {"id": [
+        f"Must be an integer from 1 to {ROW_ID_MAX}, e.g. 2 (see GET /webhooks)."]}})
 
 
 def _own(raw_id):
