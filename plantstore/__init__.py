@@ -29,8 +29,6 @@ def create_app(config=None):
     # The body cap holds for chunked bodies too (413, not a truncated body).
     app.request_class = Request
     settings.load(app, config)
-    # Keep fields in the order schemas declare them ("error" before "message").
-    app.json.sort_keys = False
     app.config.update(spec_config())
     init_logging(app)
     # First of the request hooks, so that a request's span covers the others.

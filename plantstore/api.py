@@ -10,12 +10,14 @@
 - ``json_response``: an answer already shaped by the view (the measured
   fast paths that skip a schema's dump);
 - ``App``: Flask, whose automatic ``OPTIONS`` answer (an empty body) has
-  no content type.
+  no content type, and whose every JSON answer is written one way
+  (``AnswerJSON``).
 """
 import functools
 
 import flask
 import flask_smorest
+from flask.json.provider import DefaultJSONProvider
 from flask_smorest import abort
 from webargs import core
 from webargs.flaskparser import FlaskParser, is_json_request
@@ -115,12 +117,30 @@ def json_response(body, status=200, headers=None):
         mimetype="application/json")
 
 
+class AnswerJSON(DefaultJSONProvider):
+    """Every JSON answer in one style: ``{"name": "Fern", "tag": "green"}``.
+
+    A space after ``:`` and ``,``, keys in the order schemas declare them,
+    no trailing newline, ASCII only (``\\u00e9``). Flask's ``jsonify`` (which
+    flask-smorest's ``response`` and dicts returned by views use) would
+    otherwise write compact JSON with a newline while ``flask.json.dumps``
+    (the error shape, ``json_response``) writes the spaced style.
+    """
+    sort_keys = False
+
+    def response(self, *args, **kwargs):
+        body = self.dumps(self._prepare_response_obj(args, kwargs))
+        return self._app.response_class(body, mimetype=self.mimetype)
+
+
 class App(flask.Flask):
-    """Flask, whose automatic ``OPTIONS`` answer claims no content type.
+    """Flask, whose JSON answers share one style (``AnswerJSON``) and whose
+    automatic ``OPTIONS`` answer claims no content type.
 
     Flask answers ``OPTIONS`` with an empty body labelled ``text/html``;
     an empty answer has no media type, so the label goes.
     """
+    json_provider_class = AnswerJSON
 
     def make_default_options_response(self):
         response = super().make_default_options_response()
