@@ -4,118 +4,31 @@ Models bind to ``database``, a proxy that ``init_database`` points at the real
 database inside the app factory (never at import time), so one process can
 serve SQLite in one test and PostgreSQL in the next.
 """
-import fcntl
 import os
-import threading
-import time
 from urllib.parse import parse_qsl, urlsplit
 
 import peewee
 from peewee import DatabaseProxy, InterfaceError, OperationalError, SqliteDatabase
 from playhouse.migrations import Runner
-from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase, PooledSqliteDatabase
+from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase
 
 from .settings import SettingError
+from .sqlite_turns import DEFAULT_WRITE_WAIT_SECONDS, TurnTakingSqliteDatabase
 
 database = DatabaseProxy()
 
 MIGRATIONS_DIR = os.path.join(os.path.dirname(__file__), "migrations")
 
-# WAL lets readers run beside one writer; the busy timeout makes a writer
-# wait for the lock instead of failing with "database is locked"; writes
-# begin IMMEDIATE (see lock_type below) so a transaction never has to upgrade
-# a read lock to a write lock, which is what deadlocks under concurrency.
+# WAL lets readers run beside one writer; the busy timeout (the write wait,
+# set per database) makes a writer wait for the lock instead of failing with
+# "database is locked"; writes begin IMMEDIATE (see lock_type below) so a
+# transaction never has to upgrade a read lock to a write lock, which is
+# what deadlocks under concurrency.
 SQLITE_PRAGMAS = {
     "journal_mode": "wal",
-    "busy_timeout": 30000,
     "synchronous": "normal",
     "foreign_keys": 1,
 }
-
-
-class TurnTakingSqliteDatabase(PooledSqliteDatabase):
-    """Pooled SQLite whose write transactions take turns, between the threads
-    of a process and between processes.
-
-    SQLite lets one writer in at a time, and a writer that finds the lock
-    taken sleeps in SQLite's busy handler (1, 2, 5, 10 ms and longer) before
-    it tries again: under concurrent creates most of a create's time went
-    to those sleeps, and two workers draining one backlog together drained
-    it no faster than one. Threads of one process queue on a lock; processes
-    on an advisory lock (``flock``) of a file beside the database
-    (``<database>-writer``), looked at every ``TURN_POLL_SECONDS`` at most,
-    so the next writer starts within about a millisecond of the last one's
-    commit. SQLite's own lock still guards the data; these only order the
-    writers. Waiting is bounded like SQLite's busy timeout, and ends in the
-    same "database is locked" error.
-    """
-
-    TURN_POLL_SECONDS = 0.001
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._writer = threading.Lock()
-        self._writing = threading.local()
-        self.turn_wait_seconds = SQLITE_PRAGMAS["busy_timeout"] / 1000  # a writer's bound
-        self._turns = None  # (pid, the open -writer file); a forked child opens its own
-
-    def begin(self, lock_type=None):
-        deadline = time.monotonic() + self.turn_wait_seconds
-        if not self._writer.acquire(timeout=self.turn_wait_seconds):
-            raise OperationalError("database is locked")
-        try:
-            turns = self._take_process_turn(deadline)
-            try:
-                super().begin(lock_type)
-            except BaseException:
-                if turns is not None:
-                    fcntl.flock(turns, fcntl.LOCK_UN)
-                raise
-        except BaseException:
-            self._writer.release()
-            raise
-        self._writing.active, self._writing.turns = True, turns
-
-    def _take_process_turn(self, deadline):
-        """Lock the -writer file for this process (None if it cannot be opened:
-        then SQLite's busy handler alone orders the processes)."""
-        if self._turns is None or self._turns[0] != os.getpid():
-            try:
-                self._turns = (os.getpid(), open(self.database + "-writer", "ab"))
-            except OSError:
-                self._turns = (os.getpid(), None)
-        turns = self._turns[1]
-        if turns is None:
-            return None
-        pause = self.TURN_POLL_SECONDS / 8
-        while True:
-            try:
-                fcntl.flock(turns, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return turns
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise OperationalError("database is locked") from None
-                time.sleep(pause)
-                pause = min(2 * pause, self.TURN_POLL_SECONDS)
-
-    def commit(self):
-        try:
-            return super().commit()
-        finally:
-            self._end_turn()
-
-    def rollback(self):
-        try:
-            return super().rollback()
-        finally:
-            self._end_turn()
-
-    def _end_turn(self):
-        if getattr(self._writing, "active", False):
-            self._writing.active = False
-            if self._writing.turns is not None:
-                fcntl.flock(self._writing.turns, fcntl.LOCK_UN)
-            self._writer.release()
 
 
 class LocallyCheckedPostgresqlDatabase(PooledPostgresqlDatabase):
@@ -142,8 +55,9 @@ POSTGRES_URL_OPTIONS = frozenset({
 })
 
 
-def database_from_url(url, pool_size=8):
-    """Build the peewee database an URL describes (sqlite or postgresql).
+def database_from_url(url, pool_size=8, sqlite_write_wait=DEFAULT_WRITE_WAIT_SECONDS):
+    """Build the peewee database an URL describes (sqlite or postgresql);
+    on SQLite a write waits at most ``sqlite_write_wait`` seconds for its turn.
 
     A URL that names no supported database, or whose driver is not
     installed, is a ``ValueError`` saying what to change.
@@ -161,7 +75,9 @@ def database_from_url(url, pool_size=8):
                 "an in-memory SQLite database is not shared between requests; "
                 "use a file, e.g. sqlite:///plantstore.db")
         return TurnTakingSqliteDatabase(
-            path, pragmas=SQLITE_PRAGMAS, lock_type="IMMEDIATE",
+            path, write_wait=sqlite_write_wait,
+            pragmas={**SQLITE_PRAGMAS, "busy_timeout": int(sqlite_write_wait * 1000)},
+            lock_type="IMMEDIATE",
             max_connections=pool_size, stale_timeout=300, timeout=10,
             check_same_thread=False)
     if scheme in ("postgres", "postgresql"):
@@ -226,7 +142,8 @@ class Statement:
 def configured_database(config):
     """The database a filled config names (``SettingError`` if its URL is unusable)."""
     try:
-        return database_from_url(config["DATABASE_URL"], config["DATABASE_POOL_SIZE"])
+        return database_from_url(config["DATABASE_URL"], config["DATABASE_POOL_SIZE"],
+                                 config["SQLITE_WRITE_WAIT_SECONDS"])
     except ValueError as error:
         raise SettingError(f"PLANTSTORE_DATABASE_URL is unusable: {error}") from None
 

@@ -168,6 +168,11 @@ SETTINGS = (
     Setting("DATABASE_POOL_SIZE", 10, integer(1, 1000),
             "Most database connections one process keeps open: more than its "
             "gunicorn threads (8), as the webhook outcome writer needs one too."),
+    Setting("SQLITE_WRITE_WAIT_SECONDS", 5.0, number(0, 30, above_minimum=True),
+            "SQLite only: how long a write waits for its turn while another holds it, "
+            "then answers 503 with `Retry-After`. Keep it well under nginx's "
+            "`proxy_read_timeout` (35 s) and the load balancer's timeouts "
+            "(docs/operating.md)."),
     Setting("LIST_LIMIT_DEFAULT", 100, integer(1, 1_000_000),
             "Page size of `GET /plants` when `limit` is absent (capped by the maximum)."),
     Setting("LIST_LIMIT_MAX", 1000, integer(1, 1_000_000),
