@@ -120,7 +120,7 @@ def test_slow_receivers_never_hold_the_create(
     assert elapsed < 5 / 2, elapsed  # the receivers answer after 5 s
     wait_for_attempts(3)
     for attempt in Attempt.select():
-        assert attempt.status_code is None and attempt.error.startswith("timeout")
+        assert attempt.status_code is None and attempt.error.startswith("timed out after")
     assert {d.status for d in Delivery.select()} == {Delivery.PENDING}
 
 
@@ -130,7 +130,7 @@ def test_unreachable_receiver_is_a_recorded_connection_failure(client, runner, a
     wait_for_attempts(1)
     [attempt] = Attempt.select()
     assert attempt.status_code is None
-    assert attempt.error.startswith("connection failed")
+    assert attempt.error == "connection refused"
 
 
 def test_a_url_the_http_client_cannot_use_is_a_recorded_failure_not_a_failed_create(
@@ -140,7 +140,7 @@ def test_a_url_the_http_client_cannot_use_is_a_recorded_failure_not_a_failed_cre
     create_plant(client, alice, 1)
     wait_for_attempts(1)
     [attempt] = Attempt.select()
-    assert attempt.status_code is None and "InvalidURL" in attempt.error
+    assert attempt.status_code is None and attempt.error.startswith("URL not usable: ")
     assert Delivery.get().status == Delivery.PENDING
 
 

@@ -46,7 +46,8 @@ def test_a_trickling_receiver_is_cut_off_at_the_deadline_and_the_socket_closed(
 
     wait_until(lambda: Attempt.select().count() == 1)
     [attempt] = Attempt.select()
-    assert attempt.status_code is None and attempt.error.startswith("deadline"), attempt.error
+    assert attempt.status_code is None, attempt.status_code
+    assert attempt.error.endswith("the answer did not arrive complete"), attempt.error
     # Cut at connect + read timeout, not after the 60 s the trickle would last.
     assert BOUND * 1000 <= attempt.duration_ms < (BOUND + 2) * 1000, attempt.duration_ms
     wait_until(lambda: receiver.hung_up)

@@ -23,7 +23,7 @@ import requests
 
 from .. import tracing
 from ..clock import local_now
-from . import ssrf
+from . import attempt_errors, ssrf
 from .deadline import DeadlineAdapter, attempt_deadline
 from .signing import signature_headers
 
@@ -131,10 +131,10 @@ def attempt(job, settings, context=None):
         started_at, clock = local_now(), time.monotonic()
         try:
             result = send(job, settings)
-        except Exception as error:
+        except Exception:
             log.exception("delivery %s: the attempt could not be made", job.delivery_id)
             result = SendResult(started_at, int((time.monotonic() - clock) * 1000),
-                                error=f"{type(error).__name__}: {error}"[:500])
+                                error=attempt_errors.INTERNAL_FAILURE)
         span.record(result)
         return result
 
@@ -169,17 +169,15 @@ def send(job, settings):
             finally:
                 attempt.end()  # before its connection goes back to the pool
                 response.close()
-        except requests.Timeout:
+        except requests.Timeout as error:
             return SendResult(started_at, elapsed_ms(),
-                              error=f"timeout (connect {settings.connect_timeout:g}s, "
-                                    f"read {settings.read_timeout:g}s)")
+                              error=attempt_errors.timed_out(error, settings))
         except requests.RequestException as error:
             if not attempt.cut:
                 return SendResult(started_at, elapsed_ms(), error=_describe(error))
         if attempt.cut:  # whatever was parsed of a cut-off answer is not an answer
             return SendResult(started_at, elapsed_ms(),
-                              error=f"deadline: no complete answer within "
-                                    f"{settings.send_bound:g}s")
+                              error=attempt_errors.cut_off(settings))
     status = response.status_code
     retry_after = None
     if status in (429, 503):
@@ -194,15 +192,6 @@ def send(job, settings):
 
 
 def _describe(error):
-    """A one-line account of a connection-level failure, without the
-    adapter's nested wrappers (``[Errno 111] Connection refused``)."""
-    reason = error.args[0] if error.args else error
-    reason = getattr(reason, "reason", reason)  # urllib3's MaxRetryError
-    text = str(reason) or type(error).__name__
-    # "HTTPConnection(host=..., port=...): Failed to establish ...": the
-    # receiver's address is in the subscription already.
-    if text.startswith(("HTTPConnection(", "HTTPSConnection(")) and "): " in text:
-        text = text.split("): ", 1)[1]
-    if isinstance(error, requests.ConnectionError):
-        return f"connection failed: {text}"[:500]
-    return f"{type(error).__name__}: {text}"[:500]
+    """A one-line account of a connection-level failure, in the user's words
+    (``connection refused``; see ``attempt_errors``)."""
+    return attempt_errors.describe(error)
