@@ -16,7 +16,7 @@ from peewee import DatabaseError, IntegrityError
 
 from . import clock, db
 from .auth import ALL_SCOPES, issue_token, revoke_token
-from .cli_params import ROW_ID, USER_NAME
+from .cli_params import NEW_USER_NAME, ROW_ID, USER_NAME, days
 from .logs import configure_process_logging
 from .models import Token, User
 from .settings import SettingError
@@ -67,10 +67,15 @@ def users_cli():
 
 
 @users_cli.command("create")
-@click.argument("name", type=USER_NAME)
+@click.argument("name", type=NEW_USER_NAME)
 @click.option("--admin", is_flag=True, help="The user sees every user's plants.")
 def users_create(name, admin):
-    """Create a user called NAME."""
+    """Create a user called NAME.
+
+    NAME is kept in its one form (PRECIS UsernameCasePreserved, RFC 8265:
+    Unicode NFC, fullwidth letters made usual) and must be written in one
+    script, without spaces, e.g. alice, alice.smith or Zoë.
+    """
     try:
         with db.database.atomic():
             User.create(name=name, is_admin=admin)
@@ -105,7 +110,7 @@ def tokens_cli():
 
 @tokens_cli.command("create")
 @click.argument("name", type=USER_NAME)
-@click.option("--expires-in", "expires_in", type=click.IntRange(1, 36500), metavar="DAYS",
+@click.option("--expires-in", "expires_in", type=days(36500), metavar="DAYS",
               help="Days until the token expires (default: never).")
 @click.option("--scope", "scopes", multiple=True, type=click.Choice(ALL_SCOPES),
               help="Grant only this scope (repeatable; default: all).")

@@ -67,7 +67,7 @@ def test_users_create_then_duplicate_is_a_clear_error(plantstore, app):
 
 def test_users_create_refuses_an_empty_name(cli, app):
     result = cli("users", "create", " ")
-    assert result.exit_code != 0 and "1 to 100 characters" in result.stderr
+    assert result.exit_code == 2 and "not a valid user name" in result.stderr
 
 
 def test_tokens_create_prints_the_token_alone_and_it_works(plantstore, cli, client):

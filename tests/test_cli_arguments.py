@@ -65,3 +65,20 @@ def test_an_unusable_setting_is_one_line_naming_it(key, value):
         setting(key).read(value)
     message = str(refused.value)
     assert message.startswith(f"PLANTSTORE_{key} ") and "\n" not in message
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["tokens", "revoke", "abc"], "expected an id from 1 to 2147483647, e.g. 12, not 'abc'"),
+    (["tokens", "revoke", "1e99999999999999999999"], "expected an id from 1 to"),
+    (["tokens", "create", "alice", "--expires-in", "soon"],
+     "expected a number of days from 1 to 36500, e.g. 30, not 'soon'"),
+    (["deliveries", "list", "--limit", "all"],
+     "expected a whole number from 1 to 100000, e.g. 100, not 'all'"),
+    (["deliveries", "purge", "--older-than", "-1"],
+     "expected a number of days from 1 to 3650, e.g. 30, not '-1'"),
+    (["users", "create", " alice"], "has a space (U+0020 at position 1); e.g. alice"),
+])
+def test_a_bad_command_argument_says_what_is_expected_with_an_example(
+        runner, make_token, args, expected):
+    make_token("alice")
+    assert_usage_error(runner.invoke(args=args), expected)

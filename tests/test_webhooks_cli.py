@@ -213,7 +213,7 @@ def test_an_unknown_id_is_refused_with_a_clear_message(runner, command):
     assert "with id 4242" in result.stderr
     not_a_number = invoke(runner, *command, "four")
     assert not_a_number.exit_code == 2
-    assert "is not a valid integer" in not_a_number.stderr
+    assert "expected an id from 1 to 2147483647, e.g. 12, not 'four'" in not_a_number.stderr
 
 
 def test_deliveries_list_shows_every_delivery_newest_first_and_filters_by_status(

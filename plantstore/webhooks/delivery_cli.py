@@ -13,7 +13,7 @@ from marshmallow import ValidationError
 from peewee import fn
 
 from .. import tracing
-from ..cli_params import LIST_LIMIT, ROW_ID
+from ..cli_params import LIST_LIMIT, ROW_ID, days
 from ..fields import UtcTimestamp
 from ..models import Attempt, Delivery
 from . import backlog, queue
@@ -141,7 +141,7 @@ def deliveries_recover(subscription_id, since):
 
 
 @deliveries_cli.command("purge")
-@click.option("--older-than", "days", type=click.IntRange(1, 3650), metavar="DAYS",
+@click.option("--older-than", "days", type=days(3650), metavar="DAYS",
               help="Age in days (default: PLANTSTORE_WEBHOOK_RETENTION_DAYS).")
 def deliveries_purge(days):
     """Delete delivered and failed deliveries older than DAYS, with their
