@@ -39,6 +39,16 @@ class ArgumentsParser(FlaskParser):
             return core.missing
         return json_body.loads(req.get_data(cache=True).decode("utf-8"))
 
+    def _handle_invalid_json_error(self, error, req, *args, **kwargs):
+        """A body that is not JSON: where it stops being JSON, and what is expected."""
+        if isinstance(error, UnicodeDecodeError):
+            where = f"byte {error.start + 1} is not UTF-8"
+        else:
+            where = f"{error.msg.lower()} at line {error.lineno}, column {error.colno}"
+        abort(400, messages={"json": [
+            f"The body is not JSON ({where}); send one JSON object, e.g. "
+            '{"name": "Fern"}, as the document at /docs/ shows for this route.']})
+
 
 class Blueprint(flask_smorest.Blueprint):
     """A smorest Blueprint whose documented and real validation status is 400,

@@ -104,9 +104,13 @@ class UtcTimestamp(ma.fields.AwareDateTime):
     9999 in UTC is refused like any other malformed time (a 400 naming the
     field), never an error of the server.
     """
+    EXPECTED = "Must be an RFC 3339 time with its offset, e.g. 2026-01-31T09:00:00Z"
     default_error_messages = {
+        "invalid": f"{EXPECTED} or 2026-01-31T10:00:00+01:00.",
+        "invalid_awareness": "Must give its offset (Z or +01:00), e.g. 2026-01-31T09:00:00Z.",
+        "null": f"{EXPECTED}, not null.",
         "out_of_range": "Must be a time between 0001-01-01T00:00:00Z and "
-                        "9999-12-31T23:59:59Z once converted to UTC.",
+                        "9999-12-31T23:59:59Z once converted to UTC, e.g. 2026-01-31T09:00:00Z.",
     }
 
     def _deserialize(self, value, attr, data, **kwargs):

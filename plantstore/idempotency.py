@@ -78,7 +78,8 @@ class IdempotencyKeyHeaderSchema(ma.Schema):
 
     idempotency_key = ma.fields.String(
         data_key=HEADER, validate=ma.validate.Regexp(
-            KEY_PATTERN, error="Must be 1 to 255 printable ASCII characters."),
+            KEY_PATTERN, error="Must be 1 to 255 printable ASCII characters, e.g. a UUID "
+                               "such as 3f2b8c1e-9d4a-4e6f-8a7b-2c1d0e9f8a7b."),
         metadata={"description":
                   "A key unique to this request, chosen by the client (a UUID, say), "
                   "to retry it safely: the same key and body again get the first "

@@ -25,8 +25,16 @@ class Int64(ma.fields.Integer):
     the integral ones.
     """
 
+    default_error_messages = {
+        "invalid": "Must be an integer, e.g. 1 (not a string, a boolean or a fraction).",
+        "required": 'Required: the plant\'s id, an integer you choose, e.g. "id": 1.',
+        "null": "Must be an integer, e.g. 1, not null.",
+    }
+
     def __init__(self, **kwargs):
-        self.int64_range = validate.Range(INT64_MIN, INT64_MAX)
+        self.int64_range = validate.Range(
+            INT64_MIN, INT64_MAX, error=f"Must be an integer from {INT64_MIN} to {INT64_MAX}, "
+                                        "e.g. 1.")
         super().__init__(strict=True, validate=self.int64_range,
                          metadata={"format": "int64", **kwargs.pop("metadata", {})},
                          **kwargs)
@@ -48,10 +56,17 @@ class PlantSchema(ma.Schema):
     class Meta:
         ordered = True
 
-    name = Text(required=True, validate=validate.Length(1, NAME_MAX_LENGTH),
-                metadata={"description": "The name of the plant"})
-    tag = Text(validate=validate.Length(max=TAG_MAX_LENGTH),
-               metadata={"description": "Tag to specify the type"})
+    name = Text(required=True, validate=validate.Length(
+        1, NAME_MAX_LENGTH, error=f'Must be 1 to {NAME_MAX_LENGTH} characters, e.g. "Fern".'),
+        error_messages={"required": 'Required: the plant\'s name, e.g. "name": "Fern".',
+                        "invalid": 'Must be a string, e.g. "Fern".',
+                        "null": 'Must be a string, e.g. "Fern", not null.'},
+        metadata={"description": "The name of the plant"})
+    tag = Text(validate=validate.Length(
+        max=TAG_MAX_LENGTH, error=f'Must be at most {TAG_MAX_LENGTH} characters, e.g. "green".'),
+        error_messages={"invalid": 'Must be a string, e.g. "green".',
+                        "null": 'Must be a string, e.g. "green"; leave tag out for none.'},
+        metadata={"description": "Tag to specify the type"})
 
     @ma.post_dump
     def drop_unset_tag(self, data, **kwargs):
@@ -66,6 +81,9 @@ class NewPlantSchema(PlantSchema):
     class Meta:
         ordered = True
         unknown = ma.EXCLUDE
+
+    error_messages = {"type": 'The body must be a JSON object, e.g. '
+                              '{"id": 1, "name": "Fern", "tag": "green"}.'}
 
     id = Int64(required=True, metadata={"description": "Identification number of the plant"})
 

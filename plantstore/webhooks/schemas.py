@@ -38,12 +38,23 @@ class NewSubscriptionSchema(ma.Schema):
         ordered = True
         unknown = ma.EXCLUDE
 
-    url = Text(required=True, validate=refusing(url_problem), metadata={
+    error_messages = {"type": 'The body must be a JSON object, e.g. '
+                              '{"url": "https://hooks.example.com/plantstore"}.'}
+
+    url = Text(required=True, validate=refusing(url_problem), error_messages={
+        "required": 'Required: where to send events, e.g. '
+                    '"url": "https://hooks.example.com/plantstore".',
+        "invalid": 'Must be a string, e.g. "https://hooks.example.com/plantstore".',
+        "null": 'Must be a string, e.g. "https://hooks.example.com/plantstore", not null.',
+    }, metadata={
         "description": "An http:// or https:// URL that resolves only to public "
                        "addresses (unless the operator allows more); no credentials.",
         "example": "https://hooks.example.com/plantstore",
         "minLength": 1, "maxLength": URL_MAX_LENGTH})
-    bearer = Text(validate=refusing(bearer_problem), metadata={
+    bearer = Text(validate=refusing(bearer_problem), error_messages={
+        "invalid": 'Must be a string, e.g. "rcv-token-1".',
+        "null": 'Must be a string, e.g. "rcv-token-1"; leave bearer out for none.',
+    }, metadata={
         "description": "Sent to the receiver as `Authorization: Bearer <bearer>`.",
         "pattern": BEARER_PATTERN, "minLength": 1, "maxLength": BEARER_MAX_LENGTH})
 
@@ -149,7 +160,13 @@ class RecoverSchema(ma.Schema):
     class Meta:
         unknown = ma.EXCLUDE
 
-    since = UtcTimestamp(required=True, metadata={
+    error_messages = {"type": 'The body must be a JSON object, e.g. '
+                              '{"since": "2026-01-31T09:00:00Z"}.'}
+
+    since = UtcTimestamp(required=True, error_messages={
+        "required": 'Required: send again what failed since when, e.g. '
+                    '"since": "2026-01-31T09:00:00Z".',
+    }, metadata={
         "description": "An RFC 3339 time with its offset, e.g. 2026-01-31T12:00:00Z."})
 
 
