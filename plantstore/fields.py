@@ -110,7 +110,7 @@ class UtcTimestamp(ma.fields.AwareDateTime):
         "invalid_awareness": "Must give its offset (Z or +01:00), e.g. 2026-01-31T09:00:00Z.",
         "null": f"{EXPECTED}, not null.",
         "out_of_range": "Must be a time between 0001-01-01T00:00:00Z and "
-                        "9999-12-31T23:59:59Z once converted to UTC, e.g. 2026-01-31T09:00:00Z.",
+                        "9999-12-31T23:59:59Z once converted to UTC.",
     }
 
     def _deserialize(self, value, attr, data, **kwargs):

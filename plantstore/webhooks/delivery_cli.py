@@ -28,9 +28,8 @@ def parse_since(ctx, param, text):
     try:
         return UtcTimestamp().deserialize(text)
     except ValidationError as error:
-        raise click.BadParameter(
-            f"{text!r}: {' '.join(error.messages)} Give an RFC 3339 time with an "
-            "offset, e.g. 2026-01-31T12:00:00Z.") from None
+        # The field's messages show a valid time, as the API's do.
+        raise click.BadParameter(f"{text!r}: {' '.join(error.messages)}") from None
 
 
 @click.group("deliveries", cls=AppGroup)
