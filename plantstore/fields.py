@@ -60,7 +60,7 @@ class IntegerText(ma.fields.Integer):
         "too_small": "Must be greater than or equal to {minimum}.",
         "too_large": "Must be less than or equal to {maximum}.",
         "unreadable": "Must be an integer from {minimum} to {maximum}, e.g. 42; "
-                      "this one's exponent has more digits than can be read.",
+                      "this one's exponent is out of range.",
     }
 
     def __init__(self, minimum, maximum, json_spellings=False, **kwargs):

@@ -4,7 +4,7 @@
   Schema counts ``12.0`` as an integer; a float would round large ids);
   integer literals longer than ``LONGEST_INT_LITERAL`` digits too (Python's
   ``int()`` refuses more than 4300 digits).
-- A number no ``Decimal`` can hold (an exponent of more than 18 digits:
+- A number no ``Decimal`` can hold (its exponent past about ±10**18:
   ``1e99999999999999999999``) and the ``NaN``/``Infinity`` literals, which
   are not JSON, are a 400 naming the field they are in, ignored fields too.
 - Nesting deeper than the parser's recursion allows is a 400.
@@ -19,8 +19,8 @@ from flask_smorest import abort
 
 LONGEST_INT_LITERAL = 100
 
-UNREADABLE_NUMBER = ("This number cannot be read: its exponent has more than 18 "
-                     "digits; write numbers such as 12, 1.5 or 2.5e10.")
+UNREADABLE_NUMBER = ("This number cannot be read: its exponent is out of range; "
+                     "write numbers such as 12, 1.5 or 2.5e10.")
 NOT_JSON_NUMBER = "{literal} is not a JSON number; send a number such as 12 or 1.5."
 
 

@@ -19,6 +19,9 @@ UNREADABLE_BODIES = [
                  id="huge exponent in an ignored field"),
     pytest.param('{"id": 1, "name": "fern", "x": {"y": [0, @]}}'.replace("@", TINY), "x.y.1",
                  id="tiny exponent nested in an ignored field"),
+    pytest.param('{"id": 12345e999999999999999999, "name": "fern"}', "id",
+                 id="18-digit exponent past the range"),
+    pytest.param('{"id": 0e99999999999999999999, "name": "fern"}', "id", id="zero, huge exponent"),
     pytest.param('{"id": NaN, "name": "fern"}', "id", id="NaN id"),
     pytest.param('{"id": 1, "name": "fern", "x": Infinity}', "x", id="Infinity ignored"),
     pytest.param('{"id": 1, "name": "fern", "x": -Infinity}', "x", id="-Infinity ignored"),
@@ -75,6 +78,7 @@ def test_a_bad_token_is_a_401_before_any_number_is_read(client, path, body):
 
 @pytest.mark.parametrize("segment, field_message", [
     (HUGE, "exponent"), (TINY, "exponent"), ("-" + HUGE, "exponent"),
+    ("12345e999999999999999999", "exponent"),
     ("1E+999999", "less than or equal to"), ("-1E+999999", "greater than or equal to"),
     ("9" * 5000, "less than or equal to"), ("NaN", "e.g."), ("Infinity", "e.g."),
     ("1.5", "e.g."),
