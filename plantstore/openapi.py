@@ -4,7 +4,8 @@ flask-smorest documents the routes; this adds what it cannot know: the
 bearer scheme, the integer type of the plant id path segment, the list
 bounds taken from configuration, the "New Plant" webhook (apispec has no
 notion of OpenAPI 3.1 ``webhooks``), and Swagger UI served from the
-installed flask-swagger-ui package, with no CDN.
+installed flask-swagger-ui package, with no CDN and no validator badge:
+the page asks no host but the service for anything.
 """
 import apispec
 from flask_swagger_ui import get_swaggerui_blueprint
@@ -74,6 +75,7 @@ def spec_config():
             "security": [{"bearerAuth": []}],
             "webhooks": {
                 "/plant/webhook": {"post": {
+                    "operationId": "newPlant",
                     "summary": "New Plant",
                     "description": "Information about a new plant added to the "
                                    "store, signed per Standard Webhooks "
@@ -182,5 +184,8 @@ def complete_spec(app, api):
     app.register_blueprint(get_swaggerui_blueprint(
         DOCS_PATH, "/openapi.json",
         config={"app_name": API_TITLE, "persistAuthorization": True,
+                # No validator badge: it would send the document's URL to
+                # validator.swagger.io from every visitor's browser.
+                "validatorUrl": None,
                 # Relative, so the page never echoes the request's Host header.
                 "oauth2RedirectUrl": f"{DOCS_PATH}/oauth2-redirect.html"}))
