@@ -14,7 +14,12 @@ $(BIN)/.installed: setup.py setup.cfg
 	$(BIN)/pip install -q -e '.[postgres]'
 	touch $@
 
-$(BIN)/.installed-test: $(BIN)/.installed
+$(BIN)/.installed-run: $(BIN)/.installed
+	$(BIN)/pip install -q -e '.[run]'
+	touch $@
+
+# The tests run what `make run` runs: the test environment holds it too.
+$(BIN)/.installed-test: $(BIN)/.installed-run
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
@@ -23,10 +28,6 @@ install-test: $(BIN)/.installed-test
 
 migrate: install
 	$(BIN)/plantstore db upgrade
-
-$(BIN)/.installed-run: $(BIN)/.installed
-	$(BIN)/pip install -q -e '.[run]'
-	touch $@
 
 # The whole service on this machine: gunicorn and one webhook worker, the
 # processes of config/Procfile, run together by honcho with one environment
@@ -37,7 +38,7 @@ run: migrate $(BIN)/.installed-run
 	@echo "Get a token in another shell:"
 	@echo "  $(BIN)/plantstore users create alice && TOKEN=\$$($(BIN)/plantstore tokens create alice)"
 	@echo "Webhooks to a receiver on this machine (docs/webhooks.md): PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS=127.0.0.0/8 make run"
-	PATH="$(abspath $(BIN)):$$PATH" \
+	@PATH="$(abspath $(BIN)):$$PATH" \
 	PLANTSTORE_LOG_FORMAT="$${PLANTSTORE_LOG_FORMAT:-$$(if [ -t 2 ]; then echo text; else echo auto; fi)}" \
 	$(BIN)/honcho start -f config/Procfile -p $${PORT:-8000}
 
