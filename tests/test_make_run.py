@@ -18,6 +18,7 @@ from plugins.local_run import (
     code_blocks,
     group_alive,
     newcomer_env,
+    session,
     started_pids,
 )
 
@@ -151,4 +152,35 @@ def test_the_local_receiver_walkthrough_runs_as_written(
     assert [delivery["status"] for delivery in json.loads(listed)] == ["delivered"] * 2
 
     receiver.interrupt()
+    stop_and_check_everything_ended(service)
+
+
+def shows(printed, shown):
+    """Whether ``printed`` is what the doc ``shown``: line for line, where a
+    ``...`` line stands for any lines (the shown ones stay in order)."""
+    lines = [line.rstrip("\r") for line in printed.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    if "..." not in shown:
+        return lines == shown
+    remaining = iter(lines)
+    return all(any(line == wanted for line in remaining) for wanted in shown if wanted != "...")
+
+
+def test_the_readme_curl_session_is_true_character_for_character(
+        checkout, background, shell, database_url):
+    (block,) = code_blocks("README.md", "## A curl session", "sh")
+    steps = session(block)
+    assert sum(bool(shown) for _, shown in steps) == 5
+    port = str(free_port())
+    env = newcomer_env(**database_env(database_url))
+    service = background("make run", checkout, {**env, "PORT": port})
+    service.wait_for_output(r"Listening at: http://127\.0\.0\.1:")
+
+    second = shell(checkout, env)
+    for command, shown in steps:
+        printed, status = second.run(re.sub(r"\blocalhost:8000\b", f"localhost:{port}", command))
+        assert status == 0, (command, printed)
+        if shown:
+            assert shows(printed, shown), (command, printed, shown)
     stop_and_check_everything_ended(service)

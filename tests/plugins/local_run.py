@@ -31,13 +31,28 @@ STOP_SECONDS = 30
 
 
 def code_blocks(page, heading, language):
-    """The ``language`` fenced blocks of the section of docs/``page`` under
-    ``heading`` (up to the next heading of its level), in order."""
-    text = (REPO / "docs" / page).read_text()
+    """The ``language`` fenced blocks of the section of ``page`` (under docs/,
+    or README.md) under ``heading`` (up to the next heading of its level)."""
+    text = (REPO / page if page == "README.md" else REPO / "docs" / page).read_text()
     level = heading.split(" ", 1)[0]
     section = text.split(f"\n{heading}\n", 1)[1]
     section = re.split(rf"\n{level} ", section, maxsplit=1)[0]
     return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
+
+
+def session(block):
+    """A shell session written as commands, each followed by what it prints as
+    ``# `` comment lines: (command, printed lines) pairs."""
+    pairs, command = [], []
+    for line in block.splitlines():
+        if line.startswith("# ") and pairs and not command:
+            pairs[-1][1].append(line[2:])
+        elif line.strip():
+            command.append(line)
+            if not line.endswith("\\"):
+                pairs.append(("\n".join(command), []))
+                command = []
+    return pairs
 
 
 @pytest.fixture
