@@ -27,10 +27,16 @@ pytestmark = pytest.mark.slow
 WALKTHROUGH = "## A receiver on your own machine, in two minutes"
 
 
-def database_env(database_url):
-    """On PostgreSQL, the test's database; on SQLite, `make run`'s own
-    default (plantstore.db in the checkout), as a newcomer gets it."""
-    return {"PLANTSTORE_DATABASE_URL": database_url} if POSTGRES_URL else {}
+@pytest.fixture
+def database_env(request, database_url):
+    """The variables putting `make run` on the test's database: on PostgreSQL
+    the suite's, emptied first (by the ``app`` fixture); on SQLite none, so
+    `make run` makes its own default (plantstore.db in the checkout), as a
+    newcomer gets it."""
+    if not POSTGRES_URL:
+        return {}
+    request.getfixturevalue("app")
+    return {"PLANTSTORE_DATABASE_URL": database_url}
 
 
 def stop_and_check_everything_ended(run):
@@ -51,10 +57,10 @@ def stop_and_check_everything_ended(run):
 
 
 def test_make_run_serves_on_loopback_delivers_with_its_worker_and_ctrl_c_stops_both(
-        checkout, background, make_receiver, database_url):
+        checkout, background, make_receiver, database_url, database_env):
     port = free_port()
     env = newcomer_env(PORT=str(port), PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8",
-                       **database_env(database_url))
+                       **database_env)
     run = background("make run", checkout, env)
     run.wait_for_output(r"worker\.1 +\| .*webhook worker started")
     run.wait_for_output(rf"Listening at: http://127\.0\.0\.1:{port} ")
@@ -93,9 +99,9 @@ def test_make_run_serves_on_loopback_delivers_with_its_worker_and_ctrl_c_stops_b
 
 
 def test_make_run_in_a_terminal_writes_text_log_lines_and_stops_on_ctrl_c(
-        checkout, terminal, database_url):
+        checkout, terminal, database_env):
     port = free_port()
-    env = newcomer_env(PORT=str(port), **database_env(database_url))
+    env = newcomer_env(PORT=str(port), **database_env)
     run = terminal("make run", checkout, env)  # honcho colours its prefixes there
     run.wait_for_output(r"worker\.1 +\| .*webhook worker started")
     line = run.wait_for_output(r"web\.1 +\| (?:\x1b\[0m)?(.*Listening at: .*)")[1]
@@ -106,7 +112,7 @@ def test_make_run_in_a_terminal_writes_text_log_lines_and_stops_on_ctrl_c(
 
 
 def test_the_local_receiver_walkthrough_runs_as_written(
-        checkout, background, shell, database_url):
+        checkout, background, shell, database_env):
     blocks = code_blocks("webhooks.md", WALKTHROUGH, "sh")
     assert [block.splitlines()[0].split(":")[0] for block in blocks] == [
         "# shell 1", "# shell 2", "# shell 3", "# shell 2 again"]
@@ -119,7 +125,7 @@ def test_the_local_receiver_walkthrough_runs_as_written(
         """The block with this test's free ports for the doc's 8000 and 9000."""
         return re.sub(r"\b(8000|9000)\b", lambda match: ports[match[1]], block)
 
-    env = newcomer_env(**database_env(database_url))
+    env = newcomer_env(**database_env)
     service = background(blocks[0], checkout, {**env, "PORT": ports["8000"]})
     service.wait_for_output(r"worker\.1 +\| .*webhook worker started")
     service.wait_for_output(r"Listening at: http://127\.0\.0\.1:")
@@ -168,12 +174,12 @@ def shows(printed, shown):
 
 
 def test_the_readme_curl_session_is_true_character_for_character(
-        checkout, background, shell, database_url):
+        checkout, background, shell, database_env):
     (block,) = code_blocks("README.md", "## A curl session", "sh")
     steps = session(block)
     assert sum(bool(shown) for _, shown in steps) == 5
     port = str(free_port())
-    env = newcomer_env(**database_env(database_url))
+    env = newcomer_env(**database_env)
     service = background("make run", checkout, {**env, "PORT": port})
     service.wait_for_output(r"Listening at: http://127\.0\.0\.1:")
 
