@@ -192,17 +192,26 @@ def test_a_text_line_carries_the_fields_and_the_traceback_and_no_token():
 
 
 @pytest.mark.slow
-def test_gunicorn_logs_each_line_once_as_text_when_told(gunicorn_server, alice):
-    server = gunicorn_server(workers=2, env={"PLANTSTORE_LOG_FORMAT": "text"})
+@pytest.mark.parametrize("line_format", ["text", "json"])
+def test_gunicorn_writes_each_line_once_in_the_format_told(gunicorn_server, alice, line_format):
+    server = gunicorn_server(workers=2, env={"PLANTSTORE_LOG_FORMAT": line_format})
     answers = [requests.get(server.url + "/plants", timeout=5,
-                            headers={**bearer(alice), "X-Request-ID": f"text-{n}"})
+                            headers={**bearer(alice), "X-Request-ID": f"once-{n}"})
                for n in range(5)]
-    assert [answer.status_code for answer in answers] == [200] * 5
+    answers.append(requests.delete(server.url + "/plants/1", headers=bearer(alice), timeout=5))
+    assert [answer.status_code for answer in answers] == [200] * 5 + [404]
     server.stop()
     lines = server.output().splitlines()
-    assert lines and all(TEXT_LINE.fullmatch(line) for line in lines), lines
+    if line_format == "text":
+        assert lines and all(TEXT_LINE.fullmatch(line) for line in lines), lines
+        access = [TEXT_LINE.fullmatch(line)["rest"] for line in lines
+                  if TEXT_LINE.fullmatch(line)["logger"] == "gunicorn.access"]
+        assert all(re.match(r"[A-Z]+ /\S* \d{3}  request_id=", rest)
+                   for rest in access), access
+    else:
+        access = [entry["request_id"] for entry in map(json.loads, lines)
+                  if entry["logger"] == "gunicorn.access"]
     for n in range(5):
-        (access,) = [line for line in lines if f"request_id=text-{n} " in line]
-        assert TEXT_LINE.fullmatch(access)["rest"].startswith("GET /plants 200  ")
+        assert len([line for line in access if f"once-{n}" in line]) == 1
     assert len(set(lines)) == len(lines)  # no line written twice
-    assert alice not in server.output()
+    assert "Booting worker" in server.output() and alice not in server.output()
