@@ -24,7 +24,7 @@ from helpers import REPO, wait_until
 
 # What a checkout holds besides the repository's files: the suite's own
 # virtualenv (so `make run` installs nothing), and nothing a run leaves.
-LEFT_OUT = {".git", ".venv", "artifacts", "plantstore.db", "plantstore.db-wal",
+LEFT_OUT = {".git", ".venv", ".env", "artifacts", "plantstore.db", "plantstore.db-wal",
             "plantstore.db-shm", "webhook.json", ".pytest_cache"}
 # Ctrl-C to every process of `make run` gone: about a second here.
 STOP_SECONDS = 30
