@@ -181,11 +181,10 @@ def log_format(environ=None, stream=None):
     return "text" if isatty is not None and isatty() else "json"
 
 
-def logconfig(level="INFO", line_format=None):
-    """A ``logging.config`` dict: lines in ``line_format`` (``log_format()``
-    when None), the root logger to stderr."""
+def logconfig(level="INFO"):
+    """A ``logging.config`` dict: lines in ``log_format()``, the root logger to stderr."""
     formatter = {"json": "plantstore.logs.JSONFormatter",
-                 "text": "plantstore.logs.TextFormatter"}[line_format or log_format()]
+                 "text": "plantstore.logs.TextFormatter"}[log_format()]
     return {
         "version": 1,
         "disable_existing_loggers": False,
