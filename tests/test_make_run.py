@@ -54,6 +54,8 @@ def stop_and_check_everything_ended(run):
         wait_until(lambda pid=pid: not group_alive(pid), STOP_SECONDS - (time.monotonic() - began),
                    interval=0.05, message=f"{name}'s processes to end")
     assert not group_alive(run.process.pid)
+    for name in pids:  # each stopped gracefully, by itself
+        run.wait_for_output(rf"{re.escape(name)} stopped \(rc=0\)", timeout=10)
 
 
 def test_make_run_serves_on_loopback_delivers_with_its_worker_and_ctrl_c_stops_both(

@@ -130,7 +130,8 @@ class Terminal(Background):
                                         start_new_session=True,
                                         preexec_fn=_take_the_terminal)
         os.close(terminal)
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self):
         while True:
@@ -147,9 +148,14 @@ class Terminal(Background):
         return bytes(self.shown).decode(errors="replace")
 
     def ctrl_c(self, timeout=STOP_SECONDS):
-        """Type Ctrl-C: the terminal signals SIGINT to its foreground job."""
+        """Type Ctrl-C: the terminal signals SIGINT to its foreground job.
+        Returns its exit status once it exited, and everything that still
+        held the terminal let go of it (all it printed is read by then)."""
+        began = time.monotonic()
         os.write(self.controller, b"\x03")
-        return self.process.wait(timeout=timeout)
+        status = self.process.wait(timeout=timeout)
+        self.reader.join(timeout=max(0.0, timeout - (time.monotonic() - began)))
+        return status
 
 
 def _take_the_terminal():
