@@ -153,11 +153,16 @@ def test_the_local_receiver_walkthrough_runs_as_written(
                              r"\{\"id\": 7, \"name\": \"Ivy\"\}")
     assert "NOT verified" not in receiver.output()
 
-    listed, status = second.run(
-        f'curl -s localhost:{ports["8000"]}/webhooks/$ID/deliveries '
-        '-H "Authorization: Bearer $TOKEN"')
-    assert status == 0
-    assert [delivery["status"] for delivery in json.loads(listed)] == ["delivered"] * 2
+    def both_listed_delivered():
+        """The doc's deliveries listing, once it shows both delivered (each
+        outcome is written a moment after the receiver's answer)."""
+        listed, status = second.run(
+            f'curl -s localhost:{ports["8000"]}/webhooks/$ID/deliveries '
+            '-H "Authorization: Bearer $TOKEN"')
+        assert status == 0
+        return [delivery["status"] for delivery in json.loads(listed)] == ["delivered"] * 2
+    wait_until(both_listed_delivered, timeout=30, interval=0.2,
+               message="both deliveries listed as delivered")
 
     receiver.interrupt()
     stop_and_check_everything_ended(service)
