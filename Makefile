@@ -14,7 +14,12 @@ $(BIN)/.installed: setup.py setup.cfg
 	$(BIN)/pip install -q -e '.[postgres]'
 	touch $@
 
-$(BIN)/.installed-test: $(BIN)/.installed
+$(BIN)/.installed-run: $(BIN)/.installed
+	$(BIN)/pip install -q -e '.[run]'
+	touch $@
+
+# The tests run what `make run` runs: the test environment holds it too.
+$(BIN)/.installed-test: $(BIN)/.installed-run
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
@@ -24,11 +29,18 @@ install-test: $(BIN)/.installed-test
 migrate: install
 	$(BIN)/plantstore db upgrade
 
-run: migrate
-	@echo "plantstore on http://localhost:$${PORT:-8000} (database $(PLANTSTORE_DATABASE_URL))."
+# The whole service on this machine: gunicorn and one webhook worker, the
+# processes of config/Procfile, run together by honcho with one environment
+# (Ctrl-C stops both; so does either one ending). Listens on HOST:PORT,
+# 127.0.0.1:8000 unless set. Log lines are text when this is a terminal.
+run: migrate $(BIN)/.installed-run
+	@echo "plantstore on http://$${HOST:-127.0.0.1}:$${PORT:-8000} with one webhook worker (database $(PLANTSTORE_DATABASE_URL)); Ctrl-C stops both."
 	@echo "Get a token in another shell:"
 	@echo "  $(BIN)/plantstore users create alice && TOKEN=\$$($(BIN)/plantstore tokens create alice)"
-	HOST=$${HOST:-0.0.0.0} $(BIN)/gunicorn -c config/gunicorn.conf.py wsgi:app
+	@echo "Webhooks to a receiver on this machine (docs/webhooks.md): PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS=127.0.0.0/8 make run"
+	@PATH="$(abspath $(BIN)):$$PATH" \
+	PLANTSTORE_LOG_FORMAT="$${PLANTSTORE_LOG_FORMAT:-$$(if [ -t 2 ]; then echo text; else echo auto; fi)}" \
+	$(BIN)/honcho start -f config/Procfile -p $${PORT:-8000}
 
 # Ruff, with the project's ruff.toml.
 lint: install-test

@@ -19,7 +19,8 @@ Environment:
   OTEL_EXPORTER_OTLP_ENDPOINT and the other OTEL_* variables
                      traces to an OTLP collector (docs/operating.md, "Tracing")
 
-Logs are JSON lines: access lines on stdout, everything else on stderr.
+Logs are JSON lines (text lines when stderr is a terminal; PLANTSTORE_LOG_FORMAT
+decides): access lines on stdout, everything else on stderr.
 """
 import multiprocessing
 import os

@@ -193,8 +193,8 @@ def _first_line(error):
 
 def main():
     """Console-script entry point: run a command; every failure is one line."""
-    configure_process_logging()
     try:
+        configure_process_logging()
         exit_code = cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted!", err=True)

@@ -1,8 +1,8 @@
 """Everything gunicorn-specific, used by ``config/gunicorn.conf.py``.
 
-- ``JSONAccessLogger``: gunicorn's logger with a JSON access line.
+- ``JSONAccessLogger``: gunicorn's logger with a JSON (or text) access line.
 - ``logconfig``: the ``logconfig_dict`` sending gunicorn's and the app's
-  records as JSON lines, access lines to stdout, the rest to stderr.
+  records as JSON or text lines, access lines to stdout, the rest to stderr.
 - ``answer_protocol_errors_in_json``: requests gunicorn refuses itself (URI
   too long, too many headers, malformed HTTP) get the service's JSON error
   shape instead of an HTML page.
@@ -113,9 +113,11 @@ def _plain_json_stream_handler(logger):
 
 
 def logconfig(level="INFO"):
-    """gunicorn's ``logconfig_dict``: JSON lines, access to stdout, the rest to stderr."""
+    """gunicorn's ``logconfig_dict``: lines in ``PLANTSTORE_LOG_FORMAT``, access
+    to stdout, the rest to stderr."""
     config = logs.logconfig(level)
     config["loggers"] = {
+        **config["loggers"],
         "gunicorn.error": {"level": level, "handlers": ["stderr"], "propagate": False},
         "gunicorn.access": {"level": "INFO", "handlers": ["stdout"], "propagate": False},
     }

@@ -1,8 +1,10 @@
-"""Structured logs: one JSON object per line, with no secret in it.
+"""Log lines, one per record, with no secret in them: JSON or text.
 
 ``JSONFormatter`` writes a record as one JSON line carrying the id of the
 request being served and, while a span is active (``plantstore.tracing``),
-its ``trace_id`` and ``span_id``; ``configure_process_logging`` sets it up for the
+its ``trace_id`` and ``span_id``; ``TextFormatter`` writes the same entry as
+a line a person reads in a terminal. ``PLANTSTORE_LOG_FORMAT`` picks one
+(``log_format``); ``configure_process_logging`` sets it up for the
 ``plantstore`` command (gunicorn's set-up is in ``plantstore.gunicorn``).
 
 Bearer tokens never reach a log line: ``redact`` masks anything shaped like
@@ -15,11 +17,12 @@ import logging
 import logging.config
 import os
 import re
+import sys
 import threading
 
 from flask import has_request_context, request
 
-from . import tracing
+from . import settings, tracing
 
 DEFAULT_TOKEN_PREFIX = "pst_"
 
@@ -125,22 +128,81 @@ class JSONFormatter(logging.Formatter):
         return encode_json(entry)
 
 
+# Fields the text line leaves out: its message already says them (an access
+# line's message is "GET /plants 200").
+_SAID_BY_THE_MESSAGE = ("method", "path", "status")
+
+
+def _text_value(value):
+    """A field's value as ``key=value`` shows it: quoted when it has spaces or quotes."""
+    text_value = value if isinstance(value, str) else encode_json(value)
+    if not text_value or re.search(r"[\s\"=]", text_value):
+        return encode_json(text_value)
+    return text_value
+
+
+class TextFormatter(logging.Formatter):
+    """A log record as a line for a person: time, pid, level, logger, message,
+    then the other fields as ``key=value`` (a traceback on the lines after).
+
+    The entry is ``json_entry``'s, so it is redacted and carries the request
+    and trace ids exactly as the JSON line would.
+    """
+
+    def format(self, record):
+        entry = json_entry(record.created, record.levelname.lower(), record.name,
+                           record.process, record.getMessage(),
+                           getattr(record, "fields", None))
+        head = (f"{entry.pop('ts')} [{entry.pop('pid')}] {entry.pop('level').upper():<7} "
+                f"{entry.pop('logger')}: {entry.pop('message')}")
+        fields = " ".join(f"{key}={_text_value(value)}" for key, value in entry.items()
+                          if value is not None and key not in _SAID_BY_THE_MESSAGE)
+        line = f"{head}  {fields}" if fields else head
+        if record.exc_info:
+            line += "\n" + redact(self.formatException(record.exc_info))
+        return line
+
+
+LOG_FORMAT = next(setting for setting in settings.SETTINGS if setting.key == "LOG_FORMAT")
+
+
+def log_format(environ=None, stream=None):
+    """``json`` or ``text``: ``PLANTSTORE_LOG_FORMAT``, where ``auto`` (the
+    default) is text when ``stream`` (stderr) is a terminal, JSON otherwise.
+
+    A value that is not allowed raises ``settings.SettingError``.
+    """
+    environ = os.environ if environ is None else environ
+    chosen = LOG_FORMAT.read(environ.get(LOG_FORMAT.env_name, LOG_FORMAT.default))
+    if chosen != "auto":
+        return chosen
+    stream = sys.stderr if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    return "text" if isatty is not None and isatty() else "json"
+
+
 def logconfig(level="INFO"):
-    """A ``logging.config`` dict: JSON lines, the root logger to stderr."""
+    """A ``logging.config`` dict: lines in ``log_format()``, the root logger to stderr."""
+    formatter = {"json": "plantstore.logs.JSONFormatter",
+                 "text": "plantstore.logs.TextFormatter"}[log_format()]
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"json": {"()": "plantstore.logs.JSONFormatter"}},
+        "formatters": {"line": {"()": formatter}},
         "handlers": {
-            "stdout": {"class": "logging.StreamHandler", "formatter": "json",
+            "stdout": {"class": "logging.StreamHandler", "formatter": "line",
                        "stream": "ext://sys.stdout"},
-            "stderr": {"class": "logging.StreamHandler", "formatter": "json",
+            "stderr": {"class": "logging.StreamHandler", "formatter": "line",
                        "stream": "ext://sys.stderr"},
         },
+        # `plantstore db upgrade` prints each migration it applies; peewee's
+        # runner would log each a second time.
+        "loggers": {"peewee.migrations": {"level": "WARNING"}},
         "root": {"level": level, "handlers": ["stderr"]},
     }
 
 
 def configure_process_logging():
-    """JSON lines on stderr for the ``plantstore`` command, at ``LOG_LEVEL`` (info)."""
+    """Log lines on stderr for the ``plantstore`` command, at ``LOG_LEVEL`` (info),
+    in ``PLANTSTORE_LOG_FORMAT`` (``settings.SettingError`` when unusable)."""
     logging.config.dictConfig(logconfig(os.environ.get("LOG_LEVEL", "info").upper()))

@@ -4,7 +4,8 @@ flask-smorest documents the routes; this adds what it cannot know: the
 bearer scheme, the integer type of the plant id path segment, the list
 bounds taken from configuration, the "New Plant" webhook (apispec has no
 notion of OpenAPI 3.1 ``webhooks``), and Swagger UI served from the
-installed flask-swagger-ui package, with no CDN.
+installed flask-swagger-ui package, with no CDN and no validator badge:
+the page asks no host but the service for anything.
 """
 import apispec
 from flask_swagger_ui import get_swaggerui_blueprint
@@ -35,6 +36,28 @@ class RowIdConverter(BaseConverter):
     regex = "[^/]+"
 
 
+def _header(name, description, example, required=True):
+    """A header parameter of the New Plant webhook's request."""
+    return {"in": "header", "name": name, "required": required,
+            "description": description, "schema": {"type": "string"},
+            "example": example}
+
+
+WEBHOOK_HEADERS = [
+    _header("webhook-id", "The event's id, the same on every retry: drop duplicates "
+                          "by it.", "msg_5b0c0f3c1f6e4a1b9d2f3e4a5b6c7d8e"),
+    _header("webhook-timestamp", "This attempt's time, in Unix seconds.", "1795312345"),
+    _header("webhook-signature",
+            "`v1,` and the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}`, "
+            "keyed with the base64-decoded part of the secret after `whsec_`; several "
+            "signatures, separated by spaces, while rotated-out secrets overlap.",
+            "v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4="),
+    _header("Authorization", "`Bearer` and the subscription's bearer token, when it "
+                             "was registered with one.", "Bearer receiver-token",
+            required=False),
+]
+
+
 def spec_config():
     """The app config keys flask-smorest reads to build and serve the document."""
     return {
@@ -52,12 +75,14 @@ def spec_config():
             "security": [{"bearerAuth": []}],
             "webhooks": {
                 "/plant/webhook": {"post": {
+                    "operationId": "newPlant",
                     "summary": "New Plant",
                     "description": "Information about a new plant added to the "
                                    "store, signed per Standard Webhooks "
-                                   "(webhook-id, webhook-timestamp, "
-                                   "webhook-signature headers).",
+                                   "(the webhook-id, webhook-timestamp and "
+                                   "webhook-signature headers below).",
                     "security": [{"bearerAuth": []}],
+                    "parameters": WEBHOOK_HEADERS,
                     "requestBody": {
                         "description": "Plant added to the store",
                         "content": {"application/json": {"schema": {
@@ -159,5 +184,8 @@ def complete_spec(app, api):
     app.register_blueprint(get_swaggerui_blueprint(
         DOCS_PATH, "/openapi.json",
         config={"app_name": API_TITLE, "persistAuthorization": True,
+                # No validator badge: it would send the document's URL to
+                # validator.swagger.io from every visitor's browser.
+                "validatorUrl": None,
                 # Relative, so the page never echoes the request's Host header.
                 "oauth2RedirectUrl": f"{DOCS_PATH}/oauth2-redirect.html"}))

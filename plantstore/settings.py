@@ -253,6 +253,9 @@ SETTINGS = (
     Setting("RATE_LIMIT_FAIL_OPEN_SECONDS", 5.0, number(0, HOUR, above_minimum=True),
             "Seconds a process serves requests without a limit, without asking Redis, "
             "after Redis failed to answer; then one request asks again."),
+    Setting("LOG_FORMAT", "auto", text(r"auto|text|json", "`auto`, `text` or `json`"),
+            "Log lines: `json` (one object per line), `text` (for a person), or `auto`: "
+            "text when stderr is a terminal, JSON otherwise."),
     Setting("IDEMPOTENCY_TTL_HOURS", 24.0, number(0, 30 * 24, above_minimum=True),
             "Hours an `Idempotency-Key` of `POST /plants` is remembered with its answer."),
 )

@@ -25,7 +25,7 @@ from plantstore.models import User  # noqa: E402
 from plantstore.webhooks.config import web_sender_of  # noqa: E402
 
 pytest_plugins = ["plugins.servers", "plugins.webhooks", "plugins.pg_cluster", "plugins.otlp",
-                  "plugins.stalls"]
+                  "plugins.stalls", "plugins.local_run"]
 
 
 def _reset_postgres_schema(url):

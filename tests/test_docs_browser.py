@@ -1,10 +1,12 @@
 """/docs/ in a real headless Chromium (Debian's chromium + chromium-driver):
-the operations, schemas and the New Plant webhook render, and "Authorize" +
-"Try it out" create and list a plant. Saves artifacts/docs.png."""
+the operations, schemas and the New Plant webhook render, "Authorize" +
+"Try it out" create and list a plant, and the page asks no host but the
+service for anything. Saves artifacts/docs.png."""
 import json
 import os
 import shutil
 import tempfile
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -18,6 +20,10 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 SCREENSHOT = REPO / "artifacts" / "docs.png"
 WAIT_SECONDS = 30
+# The page is opened under a name that is neither "localhost" nor a loopback
+# address (Chromium maps it to 127.0.0.1; every other name fails to resolve),
+# so Swagger UI treats it as a public page: its validator badge would show.
+SERVICE_HOST = "docs.plantstore.test"
 
 
 def _missing_browser():
@@ -49,13 +55,27 @@ def browser():
     for flag in ("--headless", "--no-sandbox", "--disable-gpu",
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                 f"--user-data-dir={profile}", "--window-size=1280,2600"):
+                 f"--user-data-dir={profile}", "--window-size=1280,2600",
+                 f"--host-resolver-rules=MAP {SERVICE_HOST} 127.0.0.1, MAP * ~NOTFOUND"):
         options.add_argument(flag)
+    # Chrome's performance log: the DevTools Network events of every request.
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(WAIT_SECONDS)
     yield driver
     driver.quit()
     shutil.rmtree(profile, ignore_errors=True)
+
+
+def requested_urls(driver):
+    """Every URL the browser asked for since the last call (DevTools'
+    ``Network.requestWillBeSent`` events, redirects included)."""
+    urls = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            urls.append(message["params"]["request"]["url"])
+    return urls
 
 
 def test_docs_page_renders_the_api_and_try_it_out_creates_and_lists(
@@ -66,6 +86,7 @@ def test_docs_page_renders_the_api_and_try_it_out_creates_and_lists(
     from selenium.webdriver.support.ui import WebDriverWait
 
     server = gunicorn_server(workers=1)
+    service = f"{SERVICE_HOST}:{server.port}"
     wait = WebDriverWait(browser, WAIT_SECONDS)
 
     def find(css):
@@ -83,15 +104,16 @@ def test_docs_page_renders_the_api_and_try_it_out_creates_and_lists(
                    and browser.find_element(By.CSS_SELECTOR, css).text.strip())
         return browser.find_element(By.CSS_SELECTOR, css).text.strip()
 
-    browser.get(server.url + "/docs/")
-    find("#operations-plants-post_plants")
+    requested_urls(browser)  # forget the browser's own start page
+    browser.get(f"http://{service}/docs/")
+    find("#operations-plants-createPlant")
     operations = {element.get_attribute("id") for element in
                   browser.find_elements(By.CSS_SELECTOR, ".opblock-tag-section .opblock")}
-    assert {"operations-plants-get_plants", "operations-plants-post_plants",
-            "operations-plants-delete_plants__id_"} == {
+    assert {"operations-plants-listPlants", "operations-plants-createPlant",
+            "operations-plants-deletePlant"} == {
         operation for operation in operations if operation.startswith("operations-plants-")}
-    assert "operations-webhook-receivers-post_webhooks" in operations
-    webhook = find("#operations-webhooks-post_plant_webhook")
+    assert "operations-webhook-receivers-createWebhook" in operations
+    webhook = find("#operations-webhooks-newPlant")
     assert "/plant/webhook" in webhook.text and "New Plant" in webhook.text
     find("section.models .json-schema-2020-12__title")
     schemas = [element.text for element in browser.find_elements(
@@ -114,7 +136,7 @@ def test_docs_page_renders_the_api_and_try_it_out_creates_and_lists(
     click(".modal-ux .auth-btn-wrapper button.btn-done")
 
     # Try it out: POST /plants.
-    create = "#operations-plants-post_plants"
+    create = "#operations-plants-createPlant"
     click(f"{create} .opblock-summary-control")
     click(f"{create} .try-out__btn")
     body = find(f"{create} textarea.body-param__text")
@@ -127,13 +149,20 @@ def test_docs_page_renders_the_api_and_try_it_out_creates_and_lists(
     assert '"browser fern"' in answered.text
 
     # Try it out: GET /plants lists it.
-    listing = "#operations-plants-get_plants"
+    listing = "#operations-plants-listPlants"
     click(f"{listing} .opblock-summary-control")
     click(f"{listing} .try-out__btn")
     click(f"{listing} button.execute")
     assert response_status(listing) == "200"
     listed = find(f"{listing} .live-responses-table tr.response .response-col_description").text
     assert '"browser fern"' in listed and '"docs"' in listed
+
+    # Nothing but the service was asked for anything: no CDN, no validator badge.
+    urls = requested_urls(browser)
+    assert f"http://{service}/openapi.json" in urls
+    elsewhere = [url for url in urls if urlsplit(url).scheme not in ("data", "blob")
+                 and urlsplit(url).netloc != service]
+    assert not elsewhere, f"the docs page called other hosts: {elsewhere}"
 
     SCREENSHOT.parent.mkdir(exist_ok=True)
     browser.execute_script("arguments[0].scrollIntoView()",

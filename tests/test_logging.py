@@ -1,15 +1,24 @@
-"""Logs: one JSON object per line, a request id on each, no token ever."""
+"""Logs: one JSON object per line (or a text line in a terminal), a request
+id on each, each line once, no token ever."""
 import io
 import json
 import logging
 import os
+import pty
 import re
+import subprocess
+import sys
 
 import pytest
 import requests
 
-from helpers import bearer, plantstore_env, run_plantstore
-from plantstore.logs import JSONFormatter, redact
+from helpers import PLANTSTORE, bearer, plantstore_env, run_plantstore
+from plantstore.db import MIGRATIONS_DIR
+from plantstore.logs import JSONFormatter, TextFormatter, log_format, redact
+
+# A text line: time, [pid], level, logger: message, then key=value fields.
+TEXT_LINE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \[\d+\] "
+                       r"(?P<level>[A-Z]+) +(?P<logger>[\w.]+): (?P<rest>.*)")
 
 
 @pytest.mark.parametrize("sent", ["abc", "req-1.2_3", "A" * 128])
@@ -99,10 +108,110 @@ def test_gunicorn_output_is_json_lines_with_request_ids_and_no_tokens(gunicorn_s
 
 
 def test_the_plantstore_command_logs_json_lines_on_stderr(tmp_path):
+    env = {**os.environ, **plantstore_env(f"sqlite:///{tmp_path / 'cli.db'}"),
+           "LOG_LEVEL": "debug"}
+    env.pop("PLANTSTORE_LOG_FORMAT", None)
+    done = run_plantstore("db", "check", env=env, cwd=None)
+    assert done.returncode == 0, done.stderr
+    entries = [json.loads(line) for line in done.stderr.splitlines()]  # every line is JSON
+    assert any(entry["logger"] == "peewee" and entry["level"] == "debug"
+               for entry in entries), done.stderr
+
+
+def test_each_migration_applied_is_told_once(tmp_path):
     env = {**os.environ, **plantstore_env(f"sqlite:///{tmp_path / 'cli.db'}")}
     done = run_plantstore("db", "upgrade", env=env, cwd=None)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("applied ")
-    entries = [json.loads(line) for line in done.stderr.splitlines()]
-    assert any(entry["logger"] == "peewee.migrations" and entry["level"] == "info"
-               for entry in entries), done.stderr
+    migrations = sorted(name.removesuffix(".py") for name in os.listdir(MIGRATIONS_DIR)
+                        if re.fullmatch(r"\d{4}_\w+\.py", name))
+    assert done.stdout.splitlines() == [f"applied {name}" for name in migrations]
+    output = done.stdout + done.stderr
+    assert all(output.count(name) == 1 for name in migrations), output
+
+
+def test_the_command_logs_text_lines_in_a_terminal_and_when_told(tmp_path):
+    env = {**os.environ, **plantstore_env(f"sqlite:///{tmp_path / 'cli.db'}"),
+           "LOG_LEVEL": "debug"}
+    env.pop("PLANTSTORE_LOG_FORMAT", None)
+    # stderr a real terminal (a pseudo-terminal), the format left to `auto`.
+    controller, terminal = pty.openpty()
+    with open(controller, "rb", buffering=0) as screen:
+        done = subprocess.run([str(PLANTSTORE), "db", "check"], env=env, stdout=subprocess.PIPE,
+                              stderr=terminal, text=True, timeout=60)
+        os.close(terminal)
+        shown = b""
+        while True:
+            try:
+                chunk = screen.read(65536)
+            except OSError:  # EIO: the terminal's other end is closed and drained
+                break
+            if not chunk:
+                break
+            shown += chunk
+    assert done.returncode == 0 and done.stdout == "the database answers\n"
+    lines = shown.decode().splitlines()
+    assert lines and all(TEXT_LINE.fullmatch(line) for line in lines), lines
+    assert any(TEXT_LINE.fullmatch(line)["logger"] == "peewee" for line in lines)
+
+    told = run_plantstore("db", "check", env={**env, "PLANTSTORE_LOG_FORMAT": "text"},
+                          cwd=None)
+    assert told.returncode == 0
+    assert all(TEXT_LINE.fullmatch(line) for line in told.stderr.splitlines()), told.stderr
+
+
+def test_auto_is_text_on_a_terminal_and_json_elsewhere():
+    controller, terminal = pty.openpty()
+    try:
+        with open(terminal, "w", closefd=False) as on_a_terminal:
+            assert log_format({}, on_a_terminal) == "text"
+            assert log_format({"PLANTSTORE_LOG_FORMAT": "json"}, on_a_terminal) == "json"
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert log_format({}, io.StringIO()) == "json"
+    assert log_format({"PLANTSTORE_LOG_FORMAT": "text"}, io.StringIO()) == "text"
+
+
+def test_a_text_line_carries_the_fields_and_the_traceback_and_no_token():
+    token = "pst_" + "Z" * 43
+    try:
+        raise RuntimeError(f"failed for {token}")
+    except RuntimeError:
+        record = logging.getLogger("plantstore.errors").makeRecord(
+            "plantstore.errors", logging.ERROR, __file__, 1, "unhandled error for %s",
+            (f"Bearer {token}",), exc_info=sys.exc_info(), extra={"fields": {
+                "request_id": "abc.1", "method": "GET", "user_agent": "curl 8",
+                "bytes": 2, "query": None}})
+    head, *traceback = TextFormatter().format(record).splitlines()
+    line = TEXT_LINE.fullmatch(head)
+    assert (line["level"], line["logger"]) == ("ERROR", "plantstore.errors")
+    assert line["rest"] == ('unhandled error for Bearer [REDACTED]  '
+                            'request_id=abc.1 user_agent="curl 8" bytes=2')
+    assert traceback[0] == "Traceback (most recent call last):"
+    assert traceback[-1] == "RuntimeError: failed for [REDACTED]"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("line_format", ["text", "json"])
+def test_gunicorn_writes_each_line_once_in_the_format_told(gunicorn_server, alice, line_format):
+    server = gunicorn_server(workers=2, env={"PLANTSTORE_LOG_FORMAT": line_format})
+    answers = [requests.get(server.url + "/plants", timeout=5,
+                            headers={**bearer(alice), "X-Request-ID": f"once-{n}"})
+               for n in range(5)]
+    answers.append(requests.delete(server.url + "/plants/1", headers=bearer(alice), timeout=5))
+    assert [answer.status_code for answer in answers] == [200] * 5 + [404]
+    server.stop()
+    lines = server.output().splitlines()
+    if line_format == "text":
+        assert lines and all(TEXT_LINE.fullmatch(line) for line in lines), lines
+        access = [TEXT_LINE.fullmatch(line)["rest"] for line in lines
+                  if TEXT_LINE.fullmatch(line)["logger"] == "gunicorn.access"]
+        assert all(re.match(r"[A-Z]+ /\S* \d{3}  request_id=", rest)
+                   for rest in access), access
+    else:
+        access = [entry["request_id"] for entry in map(json.loads, lines)
+                  if entry["logger"] == "gunicorn.access"]
+    for n in range(5):
+        assert len([line for line in access if f"once-{n}" in line]) == 1
+    assert len(set(lines)) == len(lines)  # no line written twice
+    assert "Booting worker" in server.output() and alice not in server.output()

@@ -127,6 +127,44 @@ def test_new_plant_webhook_is_documented_with_a_new_plant_body(document):
     assert "200" in post["responses"]
 
 
+OPERATION_IDS = {
+    ("/plants", "post"): "createPlant",
+    ("/plants", "get"): "listPlants",
+    ("/plants/{id}", "delete"): "deletePlant",
+    ("/webhooks", "post"): "createWebhook",
+    ("/webhooks", "get"): "listWebhooks",
+    ("/webhooks/{id}", "get"): "getWebhook",
+    ("/webhooks/{id}", "delete"): "deleteWebhook",
+    ("/webhooks/{id}/enable", "post"): "enableWebhook",
+    ("/webhooks/{id}/rotate-secret", "post"): "rotateWebhookSecret",
+    ("/webhooks/{id}/test", "post"): "sendTestWebhookEvent",
+    ("/webhooks/{id}/deliveries", "get"): "listWebhookDeliveries",
+    ("/webhooks/{id}/recover", "post"): "recoverWebhookDeliveries",
+}
+
+
+def test_every_operation_has_a_unique_camel_case_operation_id(document):
+    named = {(path, method): document["paths"][path][method].get("operationId")
+             for path, method in operations(document)}
+    assert all(re.fullmatch(r"[a-z]+(?:[A-Z][a-z]+)*", name or "")
+               for name in named.values()), named
+    assert len(set(named.values())) == len(named)
+    assert {key: named.get(key) for key in OPERATION_IDS} == OPERATION_IDS
+
+
+def test_new_plant_webhook_documents_its_headers_as_header_parameters(document):
+    post = document["webhooks"]["/plant/webhook"]["post"]
+    headers = {parameter["name"]: parameter for parameter in post["parameters"]
+               if parameter["in"] == "header"}
+    assert set(headers) == {"webhook-id", "webhook-timestamp", "webhook-signature",
+                            "Authorization"}
+    for name in ("webhook-id", "webhook-timestamp", "webhook-signature"):
+        assert headers[name]["required"] is True, name
+        assert headers[name]["schema"] == {"type": "string"}, name
+    assert headers["Authorization"]["required"] is False
+    assert "whsec_" in headers["webhook-signature"]["description"]
+
+
 def test_list_bounds_are_documented_from_the_defaults(document):
     limit = parameters(document, "/plants", "get")[("query", "limit")]["schema"]
     assert (limit["minimum"], limit["default"], limit["maximum"]) == (1, 100, 1000)
@@ -181,6 +219,9 @@ def test_docs_page_is_swagger_ui_with_assets_served_by_the_app(client):
     assert page.status_code == 200 and page.mimetype == "text/html"
     html = page.data.decode()
     assert "SwaggerUIBundle" in html and '"url": "/openapi.json"' in html
+    # Swagger UI's validator badge would load validator.swagger.io (the
+    # browser test records every request the page makes).
+    assert '"validatorUrl": null' in html
     assert not re.search(r"(https?:)?//[A-Za-z0-9.-]", html), "the page names a host"
     assets = re.findall(r'(?:src|href)="([^"]+)"', html)
     assert {asset.rsplit(".", 1)[-1] for asset in assets} >= {"js", "css"}

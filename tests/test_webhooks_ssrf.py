@@ -74,6 +74,18 @@ def test_registration_refuses_every_non_public_address_form_with_400_naming_url(
     assert Subscription.select().count() == 0
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9000/plants", "http://localhost:9000/",
+                                 "http://10.1.2.3/hook", "http://[::1]:9000/"])
+def test_a_refused_private_or_loopback_url_names_the_setting_that_allows_it_and_its_doc(
+        client, alice, url):
+    response = client.post("/webhooks", json={"url": url}, headers=bearer(alice))
+    [refusal] = assert_error(response, 400)["details"]["url"]
+    assert "is not a public address" in refusal
+    assert "PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS" in refusal
+    assert "127.0.0.0/8" in refusal and "docs/webhooks.md" in refusal
+    assert Subscription.select().count() == 0
+
+
 @pytest.mark.parametrize("url", ["http://no-such-host.invalid/hook",
                                  "https://nothing.example.invalid:8443/"])
 def test_a_host_that_does_not_resolve_is_400(client, alice, url):

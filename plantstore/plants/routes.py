@@ -33,6 +33,7 @@ LINK_HEADER_DOC = {"Link": {
 
 
 @blp.route("/plants", methods=["GET"])
+@blp.doc(operationId="listPlants")
 @blp.login_required(READ)
 @blp.arguments(PlantQueryArgsSchema, location="query", as_kwargs=True)
 @blp.response(200, PlantSchema(many=True), headers=LINK_HEADER_DOC,
@@ -60,6 +61,7 @@ def list_plants(limit=None, after=None):
 
 
 @blp.route("/plants", methods=["POST"])
+@blp.doc(operationId="createPlant")
 @blp.login_required(WRITE, checked_by_write=True)
 @blp.json_body(NewPlantSchema, description="Plant to add to the store")
 @blp.idempotent()
@@ -91,6 +93,7 @@ def _plant_id(raw):
 
 
 @blp.route("/plants/<plant_id:id>", methods=["DELETE"])
+@blp.doc(operationId="deletePlant")
 @blp.login_required(WRITE)
 @blp.response(204, description="Plant deleted")
 @blp.documents_errors(400, 404)

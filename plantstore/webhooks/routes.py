@@ -69,6 +69,7 @@ def _active(subscription):
 
 
 @blp.route("/webhooks", methods=["POST"])
+@blp.doc(operationId="createWebhook")
 @blp.login_required(WEBHOOKS_WRITE)
 @blp.json_body(NewSubscriptionSchema, description="The receiver to register")
 @blp.response(201, CreatedSubscriptionSchema, headers=LOCATION_HEADER_DOC,
@@ -102,6 +103,7 @@ def create_subscription(new):
 
 
 @blp.route("/webhooks", methods=["GET"])
+@blp.doc(operationId="listWebhooks")
 @blp.login_required(WEBHOOKS_READ)
 @blp.response(200, SubscriptionSchema(many=True), description="Your subscriptions")
 def list_subscriptions():
@@ -110,6 +112,7 @@ def list_subscriptions():
 
 
 @blp.route("/webhooks/<row_id:id>", methods=["GET"])
+@blp.doc(operationId="getWebhook")
 @blp.login_required(WEBHOOKS_READ)
 @blp.response(200, SubscriptionSchema, description="The subscription")
 @blp.documents_errors(400, 404)
@@ -119,6 +122,7 @@ def get_subscription(id):
 
 
 @blp.route("/webhooks/<row_id:id>", methods=["DELETE"])
+@blp.doc(operationId="deleteWebhook")
 @blp.login_required(WEBHOOKS_WRITE)
 @blp.response(204, description="Subscription deleted, with its deliveries")
 @blp.documents_errors(400, 404)
@@ -131,6 +135,7 @@ def delete_subscription(id):
 
 
 @blp.route("/webhooks/<row_id:id>/enable", methods=["POST"])
+@blp.doc(operationId="enableWebhook")
 @blp.login_required(WEBHOOKS_WRITE)
 @blp.response(200, SubscriptionSchema, description="The subscription, active")
 @blp.documents_errors(400, 404)
@@ -145,6 +150,7 @@ def enable_subscription(id):
 
 
 @blp.route("/webhooks/<row_id:id>/rotate-secret", methods=["POST"])
+@blp.doc(operationId="rotateWebhookSecret")
 @blp.login_required(WEBHOOKS_WRITE)
 @blp.response(200, RotatedSecretSchema, description="The new secret, shown only here")
 @blp.documents_errors(400, 404)
@@ -165,6 +171,7 @@ def rotate_secret(id):
 
 
 @blp.route("/webhooks/<row_id:id>/deliveries", methods=["GET"])
+@blp.doc(operationId="listWebhookDeliveries")
 @blp.login_required(WEBHOOKS_READ)
 @blp.arguments(DeliveryQueryArgsSchema, location="query", as_kwargs=True)
 @blp.response(200, DeliverySchema(many=True), headers=LINK_HEADER_DOC,
@@ -204,6 +211,7 @@ def list_deliveries(id, limit, status=None, after=None):
 
 
 @blp.route("/webhooks/<row_id:id>/test", methods=["POST"])
+@blp.doc(operationId="sendTestWebhookEvent")
 @blp.login_required(WEBHOOKS_WRITE)
 @blp.response(202, DeliverySchema, description="Queued: the workers send it at once")
 @blp.documents_errors(400, 404, 409)
@@ -221,6 +229,7 @@ def send_test_event(id):
 
 
 @blp.route("/webhooks/<row_id:id>/recover", methods=["POST"])
+@blp.doc(operationId="recoverWebhookDeliveries")
 @blp.login_required(WEBHOOKS_WRITE)
 @blp.json_body(RecoverSchema, description="Send again what failed since this time")
 @blp.response(202, RecoveredSchema, description="Queued again, with the same webhook-id")

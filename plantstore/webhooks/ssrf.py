@@ -171,6 +171,12 @@ def is_numeric_trick(host):
     return False
 
 
+ALLOWING_OTHER_NETWORKS = (
+    "The operator may allow private or loopback networks with the setting "
+    "PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS (e.g. 127.0.0.0/8 for a receiver on the "
+    "same machine), documented in docs/webhooks.md, \"Which URLs are accepted\".")
+
+
 def check_url(url, policy):
     """None if ``url`` may be registered under ``policy``; else why not (a sentence)."""
     problem = url_problem(url)
@@ -183,7 +189,7 @@ def check_url(url, policy):
     try:
         policy.resolve(host, port or (443 if parts.scheme == "https" else 80))
     except ForbiddenAddress as error:
-        return f"Must reach a public address: {error}."
+        return f"Must reach a public address: {error}. {ALLOWING_OTHER_NETWORKS}"
     except LookupTimeout:
         return (f"The host {host!r} did not resolve within {policy.lookup_seconds:g}s; "
                 "try again later.")
