@@ -432,10 +432,8 @@ http {{
         if status != 0:
             raise RuntimeError(f"{node}'s gunicorn did not stop gracefully: exit {status}")
         done("stopped")
-        #    The release's unit runs its ExecStartPre (migrations), then gunicorn.
-        for argv in release.unit_commands("plantstore-web.service", "ExecStartPre"):
-            run(self.network.command(node, argv), timeout=300,
-                env=self.environment(release), cwd=release.tree)
+        #    With config/systemd/plantstore-web.service.d/fleet.conf, the unit
+        #    runs no migrations of its own: only gunicorn.
         self.start_web(node, release)
         # 4. Its /readyz answers 200.
         self.wait_ready(node)

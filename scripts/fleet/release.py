@@ -10,7 +10,6 @@ working directory and the program its command line names.
 """
 import contextlib
 import os
-import shlex
 import shutil
 import sys
 import tarfile
@@ -27,8 +26,6 @@ delivery functions."""
 RELEASE_DIR_PREFIX, OWNER = "plantstore-fleet-release-", "owner.pid"
 """A materialised release lives in a temporary directory named so, holding
 the pid of the run that made it: one whose run has ended is removed."""
-UNIT_BIN = "/opt/plantstore/.venv/bin/"
-"""Where config/systemd's units expect the release's virtualenv."""
 
 
 @dataclass(frozen=True)
@@ -50,21 +47,6 @@ class Release:
             return False
         return cwd == self.tree.resolve() and any(
             arg.startswith(f"{self.bin}/") for arg in argv)
-
-    def unit_commands(self, unit, directive):
-        """The commands a systemd unit of this release (config/systemd/UNIT)
-        runs for ``directive`` (e.g. ``ExecStartPre``), as argv lists of this
-        release's virtualenv."""
-        commands = []
-        for line in (self.tree / "config/systemd" / unit).read_text().splitlines():
-            key, _, command = line.partition("=")
-            if key.strip() != directive:
-                continue
-            argv = shlex.split(command.lstrip("-+!@:"))
-            if not argv[0].startswith(UNIT_BIN):
-                raise RuntimeError(f"{unit}: {directive} runs {argv[0]}, outside {UNIT_BIN}")
-            commands.append([str(self.bin / argv[0].removeprefix(UNIT_BIN)), *argv[1:]])
-        return commands
 
 
 CURRENT = Release("this checkout", REPO, Path(sys.executable).parent)
