@@ -32,7 +32,7 @@ from .checks import (
 )
 from .deployment import WEB_NODES, WORKERS, children, creates_in_log
 from .load import RetryPolicy
-from .processes import run, wait_until
+from .processes import Deadline, run, wait_until
 from .release import CURRENT, PREVIOUS_RELEASE
 
 ROLL_ORDER = ("web1", "worker1", "web2", "worker2")
@@ -45,6 +45,8 @@ CREATES_PER_STEP = 100
 old and new nodes serves load."""
 STEP_TIMEOUT = 60
 """Longest a step waits for those creates (a few seconds expected)."""
+RUNS_TIMEOUT = 30
+"""Longest a process just started may take to exec its program (milliseconds expected)."""
 UPGRADE_TIMEOUT = 600
 """The scenario's time limit, its fleet's set-up included (about 2 minutes on
 two busy cores; setup.cfg's 300 s is for the tests of ``make test``)."""
@@ -56,13 +58,26 @@ def processes_of(fleet, node):
     return [main, *children(main)]
 
 
+def not_running(fleet, node, release):
+    """``node``'s processes that do not run ``release`` (all, if it has ended)."""
+    pids = processes_of(fleet, node)
+    if not fleet.processes[node].alive():
+        return pids
+    return [pid for pid in pids if not release.runs(pid)]
+
+
 def check_runs(checks, fleet, release, nodes):
-    """Every process of every node in ``nodes`` runs ``release``."""
+    """Every process of every node in ``nodes`` runs ``release`` (a process
+    just started may still be between its fork and its exec: it is given
+    RUNS_TIMEOUT to show its program)."""
     for node in nodes:
-        pids = processes_of(fleet, node)
-        wrong = [pid for pid in pids if not release.runs(pid)]
-        checks.expect(fleet.processes[node].alive() and not wrong,
-                      f"{node} does not run {release.name}: processes {wrong} of {pids}")
+        try:
+            wait_until(lambda: not not_running(fleet, node, release),  # noqa: B023 (called here)
+                       RUNS_TIMEOUT, "", interval=0.05)
+        except Deadline:
+            checks.expect(False, f"{node} does not run {release.name}: processes "
+                                 f"{not_running(fleet, node, release)} of "
+                                 f"{processes_of(fleet, node)}")
 
 
 def expand(fleet):
