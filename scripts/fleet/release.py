@@ -23,9 +23,10 @@ PREVIOUS_RELEASE = os.environ.get("FLEET_UPGRADE_FROM", "0f27e5e")
 """The release the upgrade scenario starts from (``FLEET_UPGRADE_FROM``, a
 git ref of this repository): by default the commit before the versioned
 delivery functions."""
-RELEASE_DIR_PREFIX, OWNER = "plantstore-fleet-release-", "owner.pid"
+RELEASE_DIR_PREFIX, OWNER = "plantstore-release-", "owner.pid"
 """A materialised release lives in a temporary directory named so, holding
-the pid of the run that made it: one whose run has ended is removed."""
+the pid of the run that made it: one whose run has ended is removed. (Not
+deployment.py's prefix: a fleet's start removes those of runs that ended.)"""
 
 
 @dataclass(frozen=True)
