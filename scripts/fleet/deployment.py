@@ -12,8 +12,10 @@
 
 Everything is set up as docs/operating.md and docs/scaling.md tell an
 operator: migrations with ``plantstore db upgrade``, the user, its token and
-the receiver's subscription with the ``plantstore`` command. The test
-process watches the database through PostgreSQL's Unix socket, never
+the receiver's subscription with the ``plantstore`` command. The web nodes
+and workers run a release (release.py): this checkout, unless the fleet is
+built on another; nginx, the receiver and the load are the test's own. The
+test process watches the database through PostgreSQL's Unix socket, never
 through the fleet's network.
 """
 import contextlib
@@ -33,9 +35,9 @@ import requests
 
 from .network import Network, exclusive_run, sweep
 from .processes import REPO, Process, run, wait_until
+from .release import CURRENT
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-VENV_BIN = Path(sys.executable).parent
 SUBNET = os.environ.get("FLEET_SUBNET", "10.231.77")
 HOSTS = {"db": 10, "redis": 11, "web1": 21, "web2": 22, "lb": 30,
          "worker1": 41, "worker2": 42, "receiver": 50, "client": 60}
@@ -56,10 +58,13 @@ a run that did, without it)."""
 
 
 class Fleet:
-    """The hosts and their processes; ``through`` is ``"direct"`` or ``"pgbouncer"``."""
+    """The hosts and their processes; ``through`` is ``"direct"`` or
+    ``"pgbouncer"``; web nodes and workers start on ``release``."""
 
-    def __init__(self, through="direct"):
+    def __init__(self, through="direct", release=CURRENT):
         self.through = through
+        self.release = release
+        self.release_of = {}  # web node or worker -> the release it runs
         self.network = Network(SUBNET, HOSTS)
         self.dir = None
         self.processes = {}
@@ -97,13 +102,15 @@ class Fleet:
     def receiver_url(self):
         return f"http://{self.address('receiver')}:{RECEIVER_PORT}/hooks/plants"
 
-    def environment(self, **extra):
-        """The environment every plantstore process of the fleet shares."""
+    def environment(self, release=None, **extra):
+        """The environment every plantstore process of the fleet shares, for
+        processes of ``release`` (the fleet's by default)."""
+        release = release or self.release
         return {
-            "PATH": f"{VENV_BIN}:/usr/sbin:/usr/bin:/sbin:/bin",
+            "PATH": f"{release.bin}:/usr/sbin:/usr/bin:/sbin:/bin",
             "HOME": "/root", "LANG": "C.UTF-8",
-            # The code of this checkout, whichever plantstore the venv installed.
-            "PYTHONPATH": str(REPO),
+            # The release's code, whichever plantstore its venv installed.
+            "PYTHONPATH": str(release.tree),
             "PLANTSTORE_DATABASE_URL": self.database_url,
             "PLANTSTORE_TRUSTED_PROXIES": "1",
             "PLANTSTORE_RATE_LIMIT": "1000000/hour",
@@ -169,11 +176,12 @@ class Fleet:
             self._pg_ctl("stop", "-m", "immediate")
         self.cleanups.close()
 
-    def _start(self, name, host, argv, env=None, user=None, log=None):
+    def _start(self, name, host, argv, env=None, user=None, log=None, cwd=REPO):
         if user:
             argv = ["runuser", "-u", user, "--", *argv]
         process = Process(name, self.network.command(host, argv),
-                          self.dir / f"{log or name}.log", env or self.environment()).start()
+                          self.dir / f"{log or name}.log", env or self.environment(),
+                          cwd).start()
         self.processes[name] = process
         return process
 
@@ -189,14 +197,14 @@ class Fleet:
         every worker that runs with a clock offset; wait for the nodes."""
         for node in WEB_NODES:
             if not self.processes[node].alive():
-                self.start_web(node)
+                self.start_web(node, self.release_of[node])
         for node in WEB_NODES:
             self.wait_ready(node)
         for worker in WORKERS:
             if self.clock_offsets.get(worker):
                 self.stop_worker(worker)
             if not self.processes[worker].alive():
-                self.start_worker(worker)
+                self.start_worker(worker, release=self.release_of[worker])
 
     # --- PostgreSQL and PgBouncer -------------------------------------------
 
@@ -275,10 +283,12 @@ default_pool_size = 40
 
     # --- the plantstore command -----------------------------------------------
 
-    def plantstore(self, *args, host="web1"):
-        """``plantstore ARGS`` run on ``host`` with the fleet's environment; its stdout."""
-        return run(self.network.command(host, [str(VENV_BIN / "plantstore"), *args]),
-                   env=self.environment()).strip()
+    def plantstore(self, *args, host="web1", release=None):
+        """``plantstore ARGS`` of ``release`` (the fleet's by default) run on
+        ``host`` with the fleet's environment; its stdout."""
+        release = release or self.release
+        return run(self.network.command(host, [str(release.bin / "plantstore"), *args]),
+                   env=self.environment(release), cwd=release.tree).strip()
 
     def migrate_and_register(self):
         """Migrations, the load's user and token, and the receiver's subscription."""
@@ -289,14 +299,24 @@ default_pool_size = 40
 
     # --- web nodes and nginx ----------------------------------------------------
 
-    def start_web(self, node):
+    def start_web(self, node, release=None):
+        """gunicorn of ``release`` (the fleet's by default) on ``node``, in the
+        release's tree; its output in ``NODE.log`` (``NODE-RELEASE.log`` for a
+        release other than this checkout)."""
+        release = release or self.release
+        self.release_of[node] = release
         metrics = self.dir / f"{node}-metrics"
         metrics.mkdir(exist_ok=True)
-        return self._start(node, node, [str(VENV_BIN / "gunicorn"), "-c",
+        return self._start(node, node, [str(release.bin / "gunicorn"), "-c",
                                         "config/gunicorn.conf.py", "wsgi:app"],
-                           env=self.environment(HOST=self.address(node), PORT="8000",
+                           env=self.environment(release, HOST=self.address(node), PORT="8000",
                                                 WEB_CONCURRENCY="2",
-                                                PROMETHEUS_MULTIPROC_DIR=str(metrics)))
+                                                PROMETHEUS_MULTIPROC_DIR=str(metrics)),
+                           log=self._log_name(node, release), cwd=release.tree)
+
+    @staticmethod
+    def _log_name(name, release):
+        return name if release == CURRENT else f"{name}-{release.name}"
 
     def get(self, url, timeout=5):
         """GET ``url`` from the client host: (status, body), or (None, error)."""
@@ -389,9 +409,11 @@ http {{
                 if "worker process" in title
                 and (shutting_down or "shutting down" not in title)]
 
-    def restart_node(self, node):
-        """docs/scaling.md's rolling restart of one web node, step by step;
-        the seconds each step took."""
+    def restart_node(self, node, release=None):
+        """docs/scaling.md's rolling restart of one web node, step by step,
+        onto ``release`` (the one it runs by default); the seconds each step
+        took."""
+        release = release or self.release_of[node]
         steps, began = {}, time.monotonic()
 
         def done(step):
@@ -410,7 +432,9 @@ http {{
         if status != 0:
             raise RuntimeError(f"{node}'s gunicorn did not stop gracefully: exit {status}")
         done("stopped")
-        self.start_web(node)
+        #    With config/systemd/plantstore-web.service.d/fleet.conf, the unit
+        #    runs no migrations of its own: only gunicorn.
+        self.start_web(node, release)
         # 4. Its /readyz answers 200.
         self.wait_ready(node)
         done("started and ready")
@@ -420,23 +444,23 @@ http {{
         return steps
 
     def creates_served(self):
-        """``POST /plants`` lines in each web node's access log so far."""
-        counts = {}
-        for node in WEB_NODES:
-            text = self.processes[node].log_path.read_text(errors="replace")
-            counts[node] = sum('"method": "POST", "path": "/plants"' in line
-                               for line in text.splitlines())
-        return counts
+        """``POST /plants`` lines in the access log of each web node's process so far."""
+        return {node: creates_in_log(self.processes[node].log_path) for node in WEB_NODES}
 
     # --- workers and the receiver -----------------------------------------------
 
-    def start_worker(self, name, clock_offset=None):
-        """``plantstore worker`` on host ``name``; with its wall clock off by
-        ``clock_offset`` (``faketime -f``'s, e.g. ``+120s``) when one is given
-        (see wall_clock_off.py)."""
+    def start_worker(self, name, clock_offset=None, release=None):
+        """``plantstore worker`` of ``release`` (the fleet's by default) on
+        host ``name``; with its wall clock off by ``clock_offset``
+        (``faketime -f``'s, e.g. ``+120s``) when one is given (see
+        wall_clock_off.py: this checkout's code only)."""
         self.clock_offsets[name] = clock_offset
+        release = release or self.release
+        self.release_of[name] = release
         if not clock_offset:
-            return self._start(name, name, [str(VENV_BIN / "plantstore"), "worker"])
+            return self._start(name, name, [str(release.bin / "plantstore"), "worker"],
+                               env=self.environment(release),
+                               log=self._log_name(name, release), cwd=release.tree)
         return self._start(name, name, [
             "faketime", "-f", clock_offset, sys.executable,
             str(Path(__file__).with_name("wall_clock_off.py")), "worker"],
@@ -444,6 +468,19 @@ http {{
 
     def stop_worker(self, name):
         return self.processes[name].stop(timeout=30)
+
+    def restart_worker(self, name, release=None):
+        """A worker restarted as ``systemctl restart plantstore-worker`` does,
+        onto ``release`` (the one it runs by default): SIGTERM, the attempts
+        under way end and are recorded, it exits (SIGKILL after the unit's
+        TimeoutStopSec=180), then it starts again; the seconds it took to stop."""
+        began = time.monotonic()
+        status = self.processes[name].stop_main(timeout=180)
+        if status != 0:
+            raise RuntimeError(f"{name} did not stop gracefully: exit {status}")
+        stopped = time.monotonic() - began
+        self.start_worker(name, release=release or self.release_of[name])
+        return round(stopped, 2)
 
     def start_receiver(self, label, delay=None, fail_first=False):
         """A fresh receiver recording into ``received-<label>.jsonl``."""
@@ -495,6 +532,12 @@ def children(parent, titles=False):
         if ppid == parent:
             found.append((int(entry.name), title) if titles else int(entry.name))
     return found
+
+
+def creates_in_log(path):
+    """``POST /plants`` lines in a web node's access log."""
+    text = Path(path).read_text(errors="replace")
+    return sum('"method": "POST", "path": "/plants"' in line for line in text.splitlines())
 
 
 def _tail(path, lines=25):

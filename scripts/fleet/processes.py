@@ -29,19 +29,21 @@ def wait_until(condition, timeout, message, interval=0.1):
 
 
 class Process:
-    """A started command: ``argv`` (already wrapped to run on its host)."""
+    """A started command: ``argv`` (already wrapped to run on its host), run
+    in ``cwd`` (the code of the release it runs)."""
 
-    def __init__(self, name, argv, log_path, env):
+    def __init__(self, name, argv, log_path, env, cwd=REPO):
         self.name = name
         self.argv = argv
         self.log_path = Path(log_path)
         self.env = env
+        self.cwd = cwd
         self.popen = None
 
     def start(self):
         with open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(
-                self.argv, cwd=REPO, env=self.env, stdin=subprocess.DEVNULL,
+                self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
@@ -98,9 +100,9 @@ class Process:
         return "\n".join(text.splitlines()[-lines:])
 
 
-def run(argv, timeout=60, env=None, input=None):
+def run(argv, timeout=60, env=None, input=None, cwd=REPO):
     """Run ``argv`` to its end; its stdout. A failure raises, with its stderr."""
-    done = subprocess.run(argv, cwd=REPO, env=env, input=input, capture_output=True,
+    done = subprocess.run(argv, cwd=cwd, env=env, input=input, capture_output=True,
                           text=True, timeout=timeout)
     if done.returncode:
         raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: "
