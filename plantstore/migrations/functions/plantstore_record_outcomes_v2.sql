@@ -31,12 +31,12 @@ WITH outcome (id, lease, status, last_error, error, response_body, retry_in, sta
         delivered_at = CASE WHEN o.status = 'delivered' THEN (now() AT TIME ZONE 'UTC') END
     FROM outcome o
     WHERE d.id = o.id AND d.lease = o.lease
-    RETURNING d.id
+    RETURNING d.id, d.lease
 ), logged AS (
     INSERT INTO attempt (delivery_id, started_at, status_code, error, duration_ms,
                          response_body)
     SELECT o.id, o.started_at, o.status_code, o.error, o.duration_ms, o.response_body
-    FROM outcome o JOIN written USING (id)
+    FROM outcome o JOIN written USING (id, lease)
 ), moved AS (
     UPDATE subscription s
     SET failure_streak = m.streak,
@@ -53,6 +53,6 @@ WITH outcome (id, lease, status, last_error, error, response_body, retry_in, sta
          AS m (id, streak, opened, probe, succeeded)
     WHERE s.id = m.id
 )
-SELECT id::bigint FROM written;
+SELECT DISTINCT id::bigint FROM written;
 END
 $$;
