@@ -20,12 +20,12 @@ import time
 
 from peewee import IntegrityError
 
-from .. import clock, tracing, webhooks
+from .. import clock, webhooks
 from ..auth import TokenRefused
 from ..db import database, is_sqlite
 from ..idempotency import KeyTaken
 from ..named_sql import Queries
-from ..webhooks import queue
+from ..webhooks import queue, spans
 from ..webhooks.store import sqlite as sqlite_deliveries
 
 SQL_DIR = os.path.join(os.path.dirname(__file__), "sql")
@@ -41,7 +41,7 @@ def create_and_announce(plant, web_sender, key_claim=None, token=None):
     """Store ``plant`` with its deliveries and have ``web_sender`` attempt
     them once that commits; IntegrityError if the plant's id is taken."""
     jobs = store_plant(plant, webhooks.NEW_PLANT_EVENT, webhooks.new_plant_payload(plant),
-                       web_sender.settings, tracing.current_traceparent(), key_claim, token)
+                       web_sender.settings, spans.current_traceparent(), key_claim, token)
     webhooks.announce(jobs, web_sender)
 
 

@@ -5,8 +5,8 @@ hands their jobs to ``announce``.
 """
 from flask import json
 
-from .. import tracing
 from ..db import database
+from . import spans
 
 NEW_PLANT_EVENT = "plant.created"
 
@@ -25,6 +25,6 @@ def announce(jobs, web_sender):
     threads, and deliveries that find no free slot are left to the
     workers). If the transaction rolls back, nothing is sent."""
     if jobs:
-        context = tracing.capture_context()
+        context = spans.capture_context()
         database.after_commit(lambda: web_sender.offer(jobs, context))
 

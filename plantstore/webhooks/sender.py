@@ -22,9 +22,8 @@ import time
 
 import requests
 
-from .. import tracing
 from ..clock import local_now
-from . import ssrf
+from . import spans, ssrf
 from .deadline import DeadlineAdapter, attempt_deadline
 from .receiver_text import EXCERPT_CHARS, storable
 from .signing import signature_headers
@@ -130,7 +129,7 @@ def attempt(job, settings, context=None):
     """One attempt at ``job``, in its trace span (whose parent is ``context``,
     the create's, or the delivery's stored traceparent): its ``SendResult``,
     never an exception (a bug must not lose the delivery: it is retried)."""
-    with tracing.attempt_span(job.message_id, job.delivery_id, job.url, job.attempts + 1,
+    with spans.attempt_span(job.message_id, job.delivery_id, job.url, job.attempts + 1,
                               job.traceparent, context) as span:
         started_at, clock = local_now(), time.monotonic()
         try:
@@ -154,7 +153,7 @@ def send(job, settings):
     }
     if job.bearer_token:
         headers["Authorization"] = f"Bearer {job.bearer_token}"
-    headers.update(tracing.traceparent_header(settings.traceparent_receivers, job.restricted))
+    headers.update(spans.traceparent_header(settings.traceparent_receivers, job.restricted))
     clock = time.monotonic()
 
     def elapsed_ms():

@@ -22,10 +22,10 @@ import logging
 import threading
 import time
 
-from .. import clock, tracing
+from .. import clock
 from ..db import database
 from ..maintenance import Maintenance
-from . import queue
+from . import queue, spans
 from .outcome_writer import OutcomeWriter
 from .slots import Slots
 from .web_sender import FINISH_MARGIN_SECONDS, attempt_and_put
@@ -67,7 +67,7 @@ class Worker:
 
     def _claim(self, room, due_by):
         self._last_claim = time.monotonic()
-        with tracing.claim_span() as span:
+        with spans.claim_span() as span:
             jobs = queue.claim(min(room.free, self.settings.batch_size), self.settings,
                                room.receiver_default, room.owner_default, room.receivers,
                                room.owners, due_by=due_by)
