@@ -130,7 +130,7 @@ def attempt(job, settings, context=None):
     the create's, or the delivery's stored traceparent): its ``SendResult``,
     never an exception (a bug must not lose the delivery: it is retried)."""
     with spans.attempt_span(job.message_id, job.delivery_id, job.url, job.attempts + 1,
-                              job.traceparent, context) as span:
+                            job.traceparent, context) as span:
         started_at, clock = local_now(), time.monotonic()
         try:
             result = send(job, settings)
