@@ -13,8 +13,9 @@ release calls):
 - the sequences of ``delivery``, ``attempt`` and ``idempotency_key`` as
   bigint (harmless while their columns are still int: a value past 2**31
   fails the insert either way), ready for 0011;
-- ``plantstore_claim_v2``, ``plantstore_record_outcomes_v2``,
-  ``plantstore_store_plant_v2``, ``plantstore_store_keyed_plant_v2``: their
+- ``plantstore_due_candidates_v2``, ``plantstore_claim_v2``,
+  ``plantstore_record_outcomes_v2``, ``plantstore_store_plant_v2``,
+  ``plantstore_store_keyed_plant_v2``: their
   ids typed bigint (cast, so they work before and after 0011), their text
   read from the frozen, versioned files in ``migrations/functions/``.
 
@@ -27,7 +28,8 @@ from peewee import TextField
 from playhouse.migrate import SqliteMigrator, migrate
 
 FUNCTIONS_DIR = os.path.join(os.path.dirname(__file__), "functions")
-FUNCTIONS = ("plantstore_claim_v2", "plantstore_record_outcomes_v2",
+FUNCTIONS = ("plantstore_due_candidates_v2", "plantstore_claim_v2",
+             "plantstore_record_outcomes_v2",
              "plantstore_store_plant_v2", "plantstore_store_keyed_plant_v2")
 SEQUENCES = ("delivery_id_seq", "attempt_id_seq", "idempotency_key_id_seq")
 

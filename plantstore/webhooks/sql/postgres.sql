@@ -4,25 +4,8 @@
 -- psycopg2's %(name)s; rows are read by column name.
 
 -- name: due_candidates
--- The due, unleased deliveries of active subscriptions whose breaker is
--- closed or whose probe is due: at most %(most)s per subscription (one
--- while its breaker is open), most overdue first, read through the index
--- delivery_due_per_subscription (a claim costs the same however long the
--- backlog). What rules.fair_shares chooses from.
-SELECT s.id AS subscription_id, coalesce(s.owner_id, 0) AS owner_key,
-       s.breaker_opened_at IS NOT NULL AS breaker_open
-FROM subscription s
-CROSS JOIN LATERAL (
-    SELECT d.id, d.next_attempt_at FROM delivery d
-    WHERE d.subscription_id = s.id AND d.status = 'pending'
-      AND d.next_attempt_at <= coalesce(%(due_by)s::timestamp, (now() AT TIME ZONE 'UTC'))
-      AND (d.locked_until IS NULL OR d.locked_until <= (now() AT TIME ZONE 'UTC'))
-    ORDER BY d.next_attempt_at, d.id
-    LIMIT CASE WHEN s.breaker_opened_at IS NOT NULL THEN 1 ELSE %(most)s END
-) due
-WHERE s.is_active
-  AND (s.breaker_opened_at IS NULL OR s.breaker_probe_at <= (now() AT TIME ZONE 'UTC'))
-ORDER BY due.next_attempt_at, due.id
+-- What rules.fair_shares chooses from (see the function's file).
+SELECT * FROM plantstore_due_candidates_v2(%(most)s, %(due_by)s::timestamp)
 
 -- name: claim
 SELECT * FROM plantstore_claim_v2(
