@@ -38,9 +38,13 @@ def db_cli():
 
 
 @db_cli.command("upgrade")
-def db_upgrade():
-    """Apply every pending migration."""
-    applied = db.upgrade()
+@click.option("--expand", is_flag=True,
+              help="Apply pending migrations only up to the first that needs every node "
+                   "on this release (the first step of a rolling upgrade).")
+def db_upgrade(expand):
+    """Apply every pending migration (with --expand: those the release before
+    can run beside)."""
+    applied = db.upgrade(expand=expand)
     click.echo("\n".join(f"applied {name}" for name in applied) or "up to date")
 
 

@@ -189,7 +189,22 @@ def migration_runner():
     return Runner(database, directory=MIGRATIONS_DIR)
 
 
-def upgrade():
-    """Apply every pending migration; returns the names applied."""
+def upgrade(expand=False):
+    """Apply every pending migration; returns the names applied.
+
+    With ``expand``, stop before the first pending migration marked
+    ``AFTER_ROLLOUT`` (one the release before cannot run beside: it waits
+    until every node runs this release; see docs/scaling.md).
+    """
     with database.connection_context():
-        return migration_runner().up()
+        runner = migration_runner()
+        if not expand:
+            return runner.up()
+        target = None
+        for migration in runner.status():
+            if migration.applied or migration.path is None:
+                continue
+            if getattr(migration.load(), "AFTER_ROLLOUT", False):
+                break
+            target = migration.name
+        return runner.up(target) if target else []

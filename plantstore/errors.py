@@ -9,6 +9,7 @@ import logging
 
 import marshmallow as ma
 from flask import current_app, json, request
+from peewee import DataError
 from werkzeug.exceptions import HTTPException, InternalServerError
 
 from .db import DATABASE_FAILURES, database, is_unavailable
@@ -122,6 +123,23 @@ def handle_database_failure(error):
     return database_unavailable_response()
 
 
+SEQUENCE_EXHAUSTED = "2200H"
+"""PostgreSQL's sequence_generator_limit_exceeded: no id is left to give."""
+
+
+def handle_data_error(error):
+    """A value the database refuses (out of its type's range, say): a 400, as
+    the request's values are what it refused; ids run out: a 503, logged as
+    the operator's to fix. Never a 500."""
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    driver_errors = (error.__cause__, error.__context__, *error.args)
+    if any(getattr(cause, "pgcode", None) == SEQUENCE_EXHAUSTED for cause in driver_errors):
+        log.error("the database has no id left to give: %s", reason)
+        return database_unavailable_response()
+    log.warning("the database refused a value of the request: %s", reason)
+    return error_response(400, "A value in the request cannot be stored.")
+
+
 def handle_unexpected_exception(error):
     """Log a bug with its traceback; tell the client only that it happened."""
     if isinstance(error, HTTPException):
@@ -135,4 +153,5 @@ def register_error_handlers(app):
     app.register_error_handler(HTTPException, handle_http_exception)
     for failure in DATABASE_FAILURES:
         app.register_error_handler(failure, handle_database_failure)
+    app.register_error_handler(DataError, handle_data_error)
     app.register_error_handler(Exception, handle_unexpected_exception)

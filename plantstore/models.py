@@ -8,6 +8,7 @@ import datetime
 
 from peewee import (
     AutoField,
+    BigAutoField,
     BigIntegerField,
     BooleanField,
     CharField,
@@ -99,7 +100,7 @@ class Delivery(BaseModel):
     """One event for one subscription: the outbox row, written with the plant."""
     PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
 
-    id = AutoField()
+    id = BigAutoField()  # 64-bit (migration 0011)
     subscription = ForeignKeyField(Subscription, backref="deliveries",
                                    on_delete="CASCADE")
     message_id = CharField(max_length=64, unique=True)  # the webhook-id
@@ -131,13 +132,16 @@ Delivery.add_index(Delivery.index(Delivery.subscription, Delivery.next_attempt_a
 
 class Attempt(BaseModel):
     """One try at sending a delivery, kept for `plantstore deliveries show`."""
-    id = AutoField()
+    id = BigAutoField()  # 64-bit (migration 0011)
     delivery = ForeignKeyField(Delivery, backref="attempt_log",
                                on_delete="CASCADE")
     started_at = DateTimeField(default=utcnow)
     status_code = IntegerField(null=True)
     error = TextField(null=True)
     duration_ms = IntegerField()
+    # The start of the receiver's answer, made storable and cut to 1,024
+    # characters (webhooks/receiver_text.py); NULL: no answer.
+    response_body = TextField(null=True)
 
 
 class IdempotencyKey(BaseModel):
@@ -150,7 +154,7 @@ class IdempotencyKey(BaseModel):
     kept so that hosts still running the release before stay correct during
     a rolling upgrade, and a later release's migration drops it.
     """
-    id = AutoField()
+    id = BigAutoField()  # 64-bit (migration 0011)
     user = ForeignKeyField(User, on_delete="CASCADE")
     key = CharField(max_length=255)
     fingerprint = CharField(max_length=64)  # SHA-256 of method, path and arguments

@@ -234,8 +234,11 @@ SETTINGS = (
             "once a minute): no worker is running, or none keeps up."),
     Setting("WORKER_POLL_INTERVAL", 1.0, number(0, HOUR, above_minimum=True),
             "Seconds a webhook worker sleeps between polls when nothing is due."),
+    Setting("WORKER_CLAIM_COOLDOWN", 0.005, number(0, 10),
+            "Least seconds between two claims of one webhook worker: slots freed "
+            "meanwhile are filled by the next claim together (0: claim as each frees)."),
     Setting("WORKER_BATCH_SIZE", 50, integer(1, 1000),
-            "Most deliveries one webhook worker claims in one statement."),
+            "Most deliveries one webhook worker claims at once."),
     Setting("WORKER_THREADS", 32, integer(1, 256),
             "Attempts one webhook worker makes at once, shared fairly between "
             "receivers and their owners."),

@@ -36,6 +36,7 @@ from helpers import (
 )
 from plantstore import db, logs, tracing
 from plantstore.settings import SettingError
+from plantstore.webhooks import spans as webhook_spans
 from plugins.webhooks import Answer, subscribe
 
 BACKEND = "postgresql" if POSTGRES_URL else "sqlite"
@@ -150,15 +151,15 @@ class TestTracedInProcess:
             return json.loads(formatter.format(record))
 
         assert "trace_id" not in line() and "span_id" not in line()
-        with tracing.attempt_span("msg_1", 1, "http://127.0.0.1:9/hook", 1):
+        with webhook_spans.attempt_span("msg_1", 1, "http://127.0.0.1:9/hook", 1):
             inside = line()
         [span] = spans.get_finished_spans()
         assert (inside["trace_id"], inside["span_id"]) == hex_ids(span)
 
     def test_the_current_traceparent_names_the_active_span(self, spans):
-        assert tracing.current_traceparent() is None
-        with tracing.attempt_span("msg_1", 1, "http://127.0.0.1:9/hook", 1):
-            traceparent = tracing.current_traceparent()
+        assert webhook_spans.current_traceparent() is None
+        with webhook_spans.attempt_span("msg_1", 1, "http://127.0.0.1:9/hook", 1):
+            traceparent = webhook_spans.current_traceparent()
         [span] = spans.get_finished_spans()
         trace_id, span_id = hex_ids(span)
         assert traceparent == f"00-{trace_id}-{span_id}-{int(span.context.trace_flags):02x}"
@@ -169,12 +170,13 @@ class TestTracedInProcess:
         captured = []
 
         def on_request_thread():
-            captured.append(tracing.capture_context())
+            captured.append(webhook_spans.capture_context())
 
-        tracing.run_in_context(tracing._context_of(parent_traceparent), on_request_thread)
+        webhook_spans.run_in_context(webhook_spans.context_of(parent_traceparent),
+                                     on_request_thread)
 
         def on_sender_thread():
-            with tracing.attempt_span("msg_1", 7, "http://127.0.0.1:9/hook", 1,
+            with webhook_spans.attempt_span("msg_1", 7, "http://127.0.0.1:9/hook", 1,
                                       traceparent=None, context=captured[0]) as attempt:
                 attempt.set_status_code(204)
 
@@ -191,8 +193,8 @@ class TestTracedInProcess:
     def test_run_in_context_makes_the_captured_context_current_on_another_thread(self, spans):
         traceparent, trace_id, _ = a_traceparent()
         seen = []
-        context = tracing._context_of(traceparent)
-        thread = threading.Thread(target=tracing.run_in_context,
+        context = webhook_spans.context_of(traceparent)
+        thread = threading.Thread(target=webhook_spans.run_in_context,
                                   args=(context, lambda: seen.append(tracing.log_ids())))
         thread.start()
         thread.join(timeout=10)
@@ -201,7 +203,7 @@ class TestTracedInProcess:
 
     def test_a_workers_retry_joins_the_creates_trace_from_the_stored_traceparent(self, spans):
         stored, trace_id, create_span_id = a_traceparent()
-        with tracing.attempt_span("msg_2", 8, "https://user:pw@hooks.example:8443/in?key=s3cret",
+        with webhook_spans.attempt_span("msg_2", 8, "https://user:pw@hooks.example:8443/in?key=s3cret",
                                   3, traceparent=stored) as attempt:
             attempt.set_status_code(503)
         [span] = spans.get_finished_spans()
@@ -222,7 +224,7 @@ class TestTracedInProcess:
             status_code = None
             error = "timeout (connect 2s, read 5s)"
 
-        with tracing.attempt_span("msg_3", 9, "http://127.0.0.1:9/hook", 1) as attempt:
+        with webhook_spans.attempt_span("msg_3", 9, "http://127.0.0.1:9/hook", 1) as attempt:
             attempt.record(Result())
         [span] = spans.get_finished_spans()
         assert span.status.status_code is StatusCode.ERROR
@@ -232,7 +234,7 @@ class TestTracedInProcess:
         assert span.parent is None  # no stored traceparent: a trace of its own
 
     def test_a_stored_traceparent_that_is_not_one_starts_a_new_trace(self, spans):
-        with tracing.attempt_span("msg_4", 10, "http://127.0.0.1:9/hook", 2,
+        with webhook_spans.attempt_span("msg_4", 10, "http://127.0.0.1:9/hook", 2,
                                   traceparent="00-not-a-traceparent"):
             pass
         [span] = spans.get_finished_spans()
@@ -241,7 +243,7 @@ class TestTracedInProcess:
     def test_a_claim_is_an_internal_span_linked_to_the_creates_it_took(self, spans):
         first, first_trace, first_span = a_traceparent()
         second, second_trace, second_span = a_traceparent(sampled=False)
-        with tracing.claim_span() as claim:
+        with webhook_spans.claim_span() as claim:
             claim.claimed([first, None, second])
         [span] = spans.get_finished_spans()
         assert span.kind is SpanKind.INTERNAL and span.name == "claim deliveries"
@@ -251,9 +253,9 @@ class TestTracedInProcess:
         assert span.start_time <= span.end_time
 
     def test_an_idle_claim_leaves_no_span(self, spans):
-        with tracing.claim_span() as claim:
+        with webhook_spans.claim_span() as claim:
             claim.claimed([])
-        with tracing.claim_span():
+        with webhook_spans.claim_span():
             pass
         assert spans.get_finished_spans() == ()
 
@@ -263,9 +265,9 @@ class TestTracedInProcess:
         ("all", False, True), ("all", True, True),
     ])
     def test_which_receivers_get_a_traceparent(self, spans, receivers, restricted, sent):
-        with tracing.attempt_span("msg_5", 11, "http://127.0.0.1:9/hook", 1):
-            headers = tracing.traceparent_header(receivers, restricted)
-            expected = {"traceparent": tracing.current_traceparent()} if sent else {}
+        with webhook_spans.attempt_span("msg_5", 11, "http://127.0.0.1:9/hook", 1):
+            headers = webhook_spans.traceparent_header(receivers, restricted)
+            expected = {"traceparent": webhook_spans.current_traceparent()} if sent else {}
         assert headers == expected
 
     def test_the_receivers_setting_defaults_to_none_and_is_checked(self, app):
@@ -279,15 +281,15 @@ class TestTracedInProcess:
 
 def test_with_tracing_off_the_hooks_do_nothing():
     assert not tracing.is_started()
-    assert tracing.current_traceparent() is None
-    assert tracing.capture_context() is None
+    assert webhook_spans.current_traceparent() is None
+    assert webhook_spans.capture_context() is None
     assert tracing.log_ids() is None
-    assert tracing.run_in_context(None, lambda value: value + 1, 1) == 2
-    with tracing.attempt_span("msg_6", 12, "http://127.0.0.1:9/hook", 1, "00-x") as attempt:
+    assert webhook_spans.run_in_context(None, lambda value: value + 1, 1) == 2
+    with webhook_spans.attempt_span("msg_6", 12, "http://127.0.0.1:9/hook", 1, "00-x") as attempt:
         attempt.set_status_code(500)
         attempt.set_error("timeout")
-        assert tracing.traceparent_header("all", False) == {}
-    with tracing.claim_span() as claim:
+        assert webhook_spans.traceparent_header("all", False) == {}
+    with webhook_spans.claim_span() as claim:
         claim.claimed([None])
 
 

@@ -221,3 +221,23 @@ def test_retry_after_is_read_as_seconds_or_an_http_date():
     assert parse_retry_after("Thu, 01 Jan 2026 11:00:00 GMT", now) == 0.0
     assert parse_retry_after("soon", now) is None
     assert parse_retry_after("", now) is None
+
+
+def test_a_retry_after_of_other_digits_than_ascii_is_ignored():
+    now = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.timezone.utc)
+    for value in ("²", "١٢٠", "１２", "12.5", "-3", "Thu, 99 Foo 2026 99:99:99 GMT"):
+        assert parse_retry_after(value, now) is None, value
+
+
+def test_an_attempt_answered_with_an_unreadable_retry_after_keeps_its_status_code(
+        client, runner, alice, make_receiver):
+    receiver = make_receiver(Answer(503, headers={"Retry-After": "²"}))
+    subscribe(runner, receiver.url)
+
+    create_plant(client, alice, 1)
+    wait_for_attempts(1)
+
+    attempt = Attempt.get()
+    assert attempt.status_code == 503
+    delivery = Delivery.get()
+    assert delivery.status == Delivery.PENDING and delivery.last_error.startswith("HTTP 503")

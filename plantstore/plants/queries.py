@@ -6,7 +6,7 @@
   ``(id, name, tag)`` rows ordered by id, through the ``(owner_id, id)``
   index for a user and the primary key for an admin.
 
-A new plant is stored with its webhook deliveries (``webhooks.store_and_announce``).
+A new plant is stored with its webhook deliveries (``plants/create.py``).
 """
 from ..db import Statement
 

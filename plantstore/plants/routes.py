@@ -4,12 +4,12 @@ from flask import current_app, g, request
 from flask_smorest import abort
 from peewee import IntegrityError
 
-from .. import idempotency, webhooks
+from .. import idempotency
 from ..api import Blueprint, json_response, no_content
 from ..auth import READ, WRITE, token_to_check
 from ..models import Plant
 from ..webhooks.config import web_sender_of
-from . import queries
+from . import create, queries
 from .schemas import (
     INT64_MAX,
     INT64_MIN,
@@ -77,8 +77,8 @@ def create_plant(new_plant):
     plant = Plant(owner=None if token else g.caller.user_id, **new_plant)
     answer = json_response(plant_json(plant.name, plant.tag))
     try:
-        webhooks.store_and_announce(plant, web_sender_of(current_app),
-                                    idempotency.answering(answer), token)
+        create.create_and_announce(plant, web_sender_of(current_app),
+                                   idempotency.answering(answer), token)
     except IntegrityError:
         abort(409, message=f"A plant with id {new_plant['id']} already exists.")
     return answer

@@ -4,15 +4,12 @@ An operator's subscription (made with the CLI, no owner) hears about every
 plant; a user's (made through the API) hears about the plants its owner
 creates, and about every plant when its owner is an admin. Through the API
 a user sees only their own subscriptions; an admin sees every one.
+
+Who hears about a new plant is SQL, in the stores: SQLite's ``audience``
+query (``webhooks/sql/sqlite.sql``) and PostgreSQL's store functions
+(``migrations/functions/plantstore_store_plant_v2.sql``).
 """
 from ..models import Subscription
-
-HEARING_ABOUT = """subscription s LEFT JOIN "user" u ON u.id = s.owner_id
-WHERE s.is_active AND (s.owner_id IS NULL OR s.owner_id = {owner} OR u.is_admin)"""
-"""SQL (a FROM clause): the active subscriptions ``s`` told about a new plant
-of the user ``{owner}`` (a parameter marker); SQLite's store selects from it
-(see ``queue.store_plant``), PostgreSQL's store functions (migration 0009)
-apply the same rule."""
 
 
 def visible_to(caller):

@@ -1,8 +1,8 @@
 """The deliveries waiting for a worker: how long the oldest due one has
 waited, and a warning when no worker seems to be claiming them.
 
-A delivery is **due** when it is pending, its ``next_attempt_at`` has come
-and no sender holds it (``locked_until`` unset or past), all by the
+A delivery is **due** when it is pending, its subscription active, its
+``next_attempt_at`` has come and no sender holds it (``locked_until`` unset or past), all by the
 database's clock; its age is how long ago it became due. Workers claim due
 deliveries within a poll interval, so an old one means no worker is
 running, or none keeps up. ``/metrics`` shows the age
@@ -17,7 +17,7 @@ import time
 
 from .. import clock
 from ..db import DATABASE_FAILURES, database
-from ..models import Delivery
+from ..models import Delivery, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -25,15 +25,25 @@ CHECK_PERIOD_SECONDS = 60.0
 """How often at most a process reads the backlog's age for its warning."""
 
 
+def sendable():
+    """The pending deliveries a worker could send: those of active
+    subscriptions (what is left of a disabled one waits for nobody)."""
+    return (Delivery.select().join(Subscription)
+            .where(Delivery.status == Delivery.PENDING, Subscription.is_active == True))  # noqa: E712
+
+
 def oldest_due_age():
-    """Seconds the oldest due delivery has waited, by the database's clock;
-    0.0 when none is due. One indexed read (``delivery_due``)."""
+    """Seconds the oldest due delivery a worker could claim now has waited,
+    by the database's clock; 0.0 when none is due. A subscription whose
+    breaker is open counts only once its probe is due (its other deliveries
+    wait for the breaker, not for a worker). One indexed read (``delivery_due``)."""
     with database.atomic():  # one transaction: one now() on PostgreSQL
         now = clock.read()
-        oldest = (Delivery.select(Delivery.next_attempt_at)
-                  .where(Delivery.status == Delivery.PENDING,
-                         Delivery.next_attempt_at <= now,
-                         Delivery.locked_until.is_null() | (Delivery.locked_until <= now))
+        oldest = (sendable().select(Delivery.next_attempt_at)
+                  .where(Delivery.next_attempt_at <= now,
+                         Delivery.locked_until.is_null() | (Delivery.locked_until <= now),
+                         Subscription.breaker_opened_at.is_null()
+                         | (Subscription.breaker_probe_at <= now))
                   .order_by(Delivery.next_attempt_at).limit(1).scalar())
     if oldest is None:
         return 0.0

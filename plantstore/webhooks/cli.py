@@ -17,7 +17,6 @@ from ..cli_params import ROW_ID
 from ..db import database
 from ..models import Delivery, Subscription
 from . import queue, receivers, secrets, sender, signing
-from .breaker import is_open
 from .config import settings_of
 
 TIME = "%Y-%m-%d %H:%M:%S"
@@ -106,7 +105,7 @@ def webhooks_list():
 def _breaker_state(subscription):
     """The circuit breaker of a subscription, for ``webhooks list``."""
     failures = subscription.failure_streak
-    if is_open(subscription):
+    if subscription.breaker_opened_at is not None:
         return (f"breaker open since {when(subscription.breaker_opened_at)} "
                 f"({failures} failures in a row; next probe "
                 f"{when(subscription.breaker_probe_at)})")

@@ -33,6 +33,7 @@ class WebhookSettings:
     disable_after_hours: float = 120.0
     retention_days: int = 30
     traceparent_receivers: str = "none"  # who gets a traceparent header (see tracing)
+    claim_cooldown: float = 0.005  # least seconds between a worker's claims
 
     @property
     def send_bound(self):
@@ -69,6 +70,7 @@ def from_config(config, version):
         disable_after_hours=config["WEBHOOK_DISABLE_AFTER_HOURS"],
         retention_days=config["WEBHOOK_RETENTION_DAYS"],
         traceparent_receivers=config["WEBHOOK_TRACEPARENT"],
+        claim_cooldown=config["WORKER_CLAIM_COOLDOWN"],
     )
 
 

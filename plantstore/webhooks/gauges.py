@@ -2,7 +2,7 @@
 (so every gunicorn worker answers the same):
 
 - ``plantstore_outbox_pending_deliveries``: deliveries not yet delivered
-  nor given up;
+  nor given up, of active subscriptions (what a worker could send);
 - ``plantstore_outbox_oldest_due_age_seconds``: how long the oldest due
   delivery has waited for a sender (0 when none is due; ``backlog.py``);
 - ``plantstore_webhook_subscriptions_inactive``: subscriptions disabled now;
@@ -18,8 +18,8 @@ import logging
 from prometheus_client.core import GaugeMetricFamily
 
 from .. import metrics
-from ..models import Delivery, Subscription
-from .backlog import oldest_due_age
+from ..models import Subscription
+from .backlog import oldest_due_age, sendable
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class OutboxBacklogCollector:
 
     def collect(self):
         try:
-            pending = Delivery.select().where(Delivery.status == Delivery.PENDING).count()
+            pending = sendable().count()
             oldest_due = oldest_due_age()
             disabled = Subscription.select().where(
                 Subscription.is_active == False).count()  # noqa: E712

@@ -9,17 +9,34 @@ decides nobody's slots; a sender whose attempt failed may wait for its
 outcome to be written (``put`` gives it the event to wait on) before it
 frees its slot, so that the next attempt at that receiver sees what the
 failure did (an opened breaker, a subscription disabled by a 410).
+
+No row can poison a batch (as River's batch completer): a write that
+fails is tried again after ``RETRY_PAUSES`` (a database blip must not
+leave the outcomes unwritten: their deliveries would be sent again once
+their leases run out); if it still fails and the database is reachable,
+the batch is split in halves, each written on its own, down to the one
+row that fails alone, which is failed with a clear error instead of being
+re-sent forever. The backlog is bounded: past ``BACKLOG_BOUND`` unwritten
+outcomes, ``backlogged`` tells the worker to claim nothing until it drains.
 """
 import logging
 import os
 import threading
+import time
 
+from ..db import database, is_unavailable
 from . import queue
 
 log = logging.getLogger(__name__)
 
 LARGEST_WRITE = 500
 """Most outcomes written at once."""
+
+RETRY_PAUSES = (0.05, 0.25, 1.0)
+"""Seconds between the tries of a batch's write (then it is split)."""
+
+BACKLOG_BOUND = 2 * LARGEST_WRITE
+"""Unwritten outcomes past which a worker claims nothing more."""
 
 IDLE_SECONDS = 5.0
 """The writer thread ends after this long with nothing to write (a new one
@@ -68,6 +85,10 @@ class OutcomeWriter:
         with self._changed:
             return self._unwritten
 
+    def backlogged(self):
+        """Whether more outcomes wait than ``BACKLOG_BOUND``: claim nothing until they drain."""
+        return self.unwritten() >= BACKLOG_BOUND
+
     def flush(self, timeout):
         """Wait until everything put so far is written; False on timeout."""
         with self._changed:
@@ -95,13 +116,50 @@ class OutcomeWriter:
     def _write(self, batch, give_backs):
         kinds = [None] * len(batch)
         try:
-            queue.give_back(give_backs)
-            if batch:
-                kinds = queue.record(batch, self.settings)
+            self._with_retries(queue.give_back, give_backs)
         except Exception:
-            log.exception("webhook outcomes of deliveries %s could not be written; "
-                          "their leases will run out and the workers retry them",
-                          [job.delivery_id for job, _ in batch]
-                          + [job.delivery_id for job in give_backs])
+            log.exception("webhook deliveries %s could not be given back; their leases "
+                          "will run out and the workers retry them",
+                          [job.delivery_id for job in give_backs])
+        if batch:
+            kinds = self._record(batch)
         if batch and self.on_written:
             self.on_written(kinds)
+
+    def _with_retries(self, write, items):
+        """``write(items)``, tried again after each of ``RETRY_PAUSES`` on failure."""
+        for pause in (*RETRY_PAUSES, None):
+            try:
+                return write(items)
+            except Exception:
+                database.close()  # a broken connection is not reused
+                if pause is None:
+                    raise
+                log.warning("writing webhook outcomes failed; trying again in %g s", pause,
+                            exc_info=True)
+                time.sleep(pause)
+
+    def _record(self, batch):
+        """Write ``batch``'s outcomes; their kinds (None where not written)."""
+        try:
+            return self._with_retries(lambda items: queue.record(items, self.settings), batch)
+        except Exception as error:
+            if is_unavailable(error):
+                log.exception("webhook outcomes of deliveries %s could not be written: "
+                              "the database is unavailable; their leases will run out and "
+                              "the workers retry them", [job.delivery_id for job, _ in batch])
+                return [None] * len(batch)
+            if len(batch) > 1:  # split: only the row that fails alone is affected
+                half = len(batch) // 2
+                return self._record(batch[:half]) + self._record(batch[half:])
+            job, _ = batch[0]
+            log.exception("the outcome of delivery %s cannot be written; failing it",
+                          job.delivery_id)
+            try:
+                failed = queue.fail_unwritable(job, f"{type(error).__name__}: {error}",
+                                               self.settings)
+            except Exception:
+                log.exception("delivery %s could not be failed either; its lease will "
+                              "run out and a worker retries it", job.delivery_id)
+                return [None]
+            return [queue.FAILED if failed else None]

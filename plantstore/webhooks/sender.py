@@ -16,19 +16,17 @@ import email.utils
 import functools
 import logging
 import os
+import re
 import threading
 import time
 
 import requests
 
-from .. import tracing
 from ..clock import local_now
-from . import attempt_errors, ssrf
+from . import attempt_errors, spans, ssrf
 from .deadline import DeadlineAdapter, attempt_deadline
+from .receiver_text import EXCERPT_CHARS, storable
 from .signing import signature_headers
-
-EXCERPT_CHARS = 200
-"""How much of a failing receiver's answer is kept in the attempt log."""
 
 RECEIVER_POOL_CONNECTIONS = 64
 """Keep-alive connections kept per receiver (more may be open, briefly)."""
@@ -44,6 +42,7 @@ class SendResult:
     status_code: int | None = None
     error: str | None = None
     retry_after: float | None = None  # seconds, from a 429/503's Retry-After
+    response_body: str | None = None  # the start of the answer's body, storable
 
     @property
     def ok(self):
@@ -89,16 +88,21 @@ def _prepared(url, headers, body):
     return prepared
 
 
+DELAY_SECONDS = re.compile(r"[0-9]+", re.ASCII)
+"""A Retry-After in seconds: ASCII digits only (RFC 9110's delay-seconds)."""
+
+
 def parse_retry_after(value, now=None):
-    """Seconds a ``Retry-After`` value asks to wait (delta or HTTP date), or None."""
+    """Seconds a ``Retry-After`` value asks to wait (delay-seconds or an HTTP
+    date), or None for anything else (which is ignored)."""
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if DELAY_SECONDS.fullmatch(value):
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.timezone.utc)
@@ -117,17 +121,16 @@ def _read_capped(response, limit):
 
 
 def _excerpt(body):
-    """The start of a response body, as text, for the attempt log."""
-    text = body.decode("utf-8", errors="replace").strip()
-    return text[:EXCERPT_CHARS] or None
+    """The start of a response body, as storable text, for the attempt log."""
+    return storable(body.decode("utf-8", errors="replace").strip()) or None
 
 
 def attempt(job, settings, context=None):
     """One attempt at ``job``, in its trace span (whose parent is ``context``,
     the create's, or the delivery's stored traceparent): its ``SendResult``,
     never an exception (a bug must not lose the delivery: it is retried)."""
-    with tracing.attempt_span(job.message_id, job.delivery_id, job.url, job.attempts + 1,
-                              job.traceparent, context) as span:
+    with spans.attempt_span(job.message_id, job.delivery_id, job.url, job.attempts + 1,
+                            job.traceparent, context) as span:
         started_at, clock = local_now(), time.monotonic()
         try:
             result = send(job, settings)
@@ -150,7 +153,7 @@ def send(job, settings):
     }
     if job.bearer_token:
         headers["Authorization"] = f"Bearer {job.bearer_token}"
-    headers.update(tracing.traceparent_header(settings.traceparent_receivers, job.restricted))
+    headers.update(spans.traceparent_header(settings.traceparent_receivers, job.restricted))
     clock = time.monotonic()
 
     def elapsed_ms():
@@ -182,13 +185,14 @@ def send(job, settings):
     retry_after = None
     if status in (429, 503):
         retry_after = parse_retry_after(response.headers.get("Retry-After"))
-    detail = None
+    excerpt, detail = _excerpt(body[:4 * EXCERPT_CHARS]), None
     if not 200 <= status < 300:
-        detail = _excerpt(body)
-        if 300 <= status < 400 and response.headers.get("Location"):
-            detail = f"redirect to {response.headers['Location']} not followed"
+        detail = excerpt
+        location = response.headers.get("Location")
+        if 300 <= status < 400 and location:
+            detail = storable(f"redirect to {storable(location)} not followed")
     return SendResult(started_at, elapsed_ms(), status_code=status, error=detail,
-                      retry_after=retry_after)
+                      retry_after=retry_after, response_body=excerpt)
 
 
 def _describe(error):

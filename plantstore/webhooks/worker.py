@@ -1,26 +1,31 @@
 """The delivery worker: claim what is due, attempt it, record what happened.
 
 Any number of workers, on any number of machines, may share one database.
-A worker claims exactly as many due deliveries as it has free slots
+A worker claims at most as many due deliveries as it has free slots
 (``WORKER_THREADS``, shared fairly between receivers and owners: see
 ``Slots``), fairly across subscriptions and owners (see ``queue.claim``),
-starts their attempts, and claims again as soon as one ends. Claimed rows
+starts their attempts, and claims again when one ends, but no sooner than
+``WORKER_CLAIM_COOLDOWN`` after its last claim (River's fetch cooldown):
+the slots freed meanwhile are filled by one claim. While its outcome
+writer holds more than its bound of unwritten outcomes, it claims nothing
+until they drain (``OutcomeWriter.backlogged``). Claimed rows
 are leased by the database's clock and fenced by a token, so no event is
 sent twice at once, whatever the hosts' clocks say; an attempt starts only
 while its lease outlasts it (``Job.may_start``), else it is given back.
 While a receiver's circuit breaker is open, its deliveries wait; one probe
-attempt per cooldown goes out (see ``breaker``). Between claims the worker
+attempt per cooldown goes out (see ``rules``). Between claims the worker
 runs the housekeeping tasks (``maintenance``).
 """
 import collections
 import concurrent.futures
 import logging
 import threading
+import time
 
-from .. import clock, tracing
+from .. import clock
 from ..db import database
 from ..maintenance import Maintenance
-from . import queue
+from . import queue, spans
 from .outcome_writer import OutcomeWriter
 from .slots import Slots
 from .web_sender import FINISH_MARGIN_SECONDS, attempt_and_put
@@ -44,6 +49,7 @@ class Worker:
         self.maintenance = Maintenance(settings)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             settings.worker_threads, thread_name_prefix="webhook-send")
+        self._last_claim = float("-inf")  # time.monotonic() of the last claim
 
     def _count(self, kinds):
         self.tally.update(kind or "unrecorded" for kind in kinds)
@@ -53,8 +59,15 @@ class Worker:
         (safe from a signal handler)."""
         self.stopping.set()
 
+    def _cool_down(self):
+        """Wait until the claim cooldown since the last claim has passed (or a stop)."""
+        left = self._last_claim + self.settings.claim_cooldown - time.monotonic()
+        if left > 0:
+            self.stopping.wait(left)
+
     def _claim(self, room, due_by):
-        with tracing.claim_span() as span:
+        self._last_claim = time.monotonic()
+        with spans.claim_span() as span:
             jobs = queue.claim(min(room.free, self.settings.batch_size), self.settings,
                                room.receiver_default, room.owner_default, room.receivers,
                                room.owners, due_by=due_by)
@@ -80,6 +93,10 @@ class Worker:
         """Claim and attempt due deliveries until stopped (or, with
         ``until_idle``, until nothing is due and nothing is under way)."""
         while not self.stopping.is_set():
+            if self.writer.backlogged():  # back-pressure: let the outcomes drain first
+                self.writer.flush(self.settings.send_bound + FINISH_MARGIN_SECONDS)
+                continue
+            self._cool_down()
             room = self.slots.room()
             free = room.free
             busy = self.slots.held() or self.writer.unwritten()

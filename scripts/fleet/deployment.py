@@ -432,8 +432,8 @@ http {{
         if status != 0:
             raise RuntimeError(f"{node}'s gunicorn did not stop gracefully: exit {status}")
         done("stopped")
-        #    With config/systemd/plantstore-web.service.d/fleet.conf, the unit
-        #    runs no migrations of its own: only gunicorn.
+        #    The unit's ExecStartPre, `plantstore db upgrade --expand`, finds
+        #    nothing left once step 1 ran: only gunicorn starts here.
         self.start_web(node, release)
         # 4. Its /readyz answers 200.
         self.wait_ready(node)
