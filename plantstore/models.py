@@ -143,6 +143,15 @@ class Attempt(BaseModel):
     # characters (webhooks/receiver_text.py); NULL: no answer.
     response_body = TextField(null=True)
 
+    @property
+    def response(self):
+        """What the receiver answered (status, duration, the start of the
+        body), or None when it gave no HTTP answer."""
+        if self.status_code is None:
+            return None
+        return {"status": self.status_code, "duration_ms": self.duration_ms,
+                "body": self.response_body}
+
 
 class IdempotencyKey(BaseModel):
     """An ``Idempotency-Key`` a user sent, with the answer it gets again.

@@ -5,7 +5,7 @@ import datetime
 
 import pytest
 
-from helpers import assert_error, bearer, create_plant
+from helpers import assert_error, bearer, create_plant, free_port
 from plantstore.auth import READ, WEBHOOKS_READ, WEBHOOKS_WRITE, WRITE
 from plantstore.models import Delivery, Subscription
 from plantstore.webhooks.receivers import BEARER_MAX_LENGTH, URL_MAX_LENGTH
@@ -306,6 +306,9 @@ def test_deliveries_are_listed_newest_first_with_every_attempt_and_paged(
     [attempt] = oldest["attempts"]
     assert (attempt["status_code"], attempt["error"]) == (500, "down")
     assert attempt["duration_ms"] >= 0 and attempt["at"].endswith("Z")
+    assert attempt["response"] == {"status": 500, "duration_ms": attempt["duration_ms"],
+                                   "body": "down"}
+    assert newest["attempts"][0]["response"]["body"] == "ok"
     assert newest["attempts"][0]["error"] is None and newest["next_attempt_at"] is None
 
     failed = client.get(path + "?status=failed", headers=bearer(alice)).get_json()
@@ -317,6 +320,39 @@ def test_deliveries_are_listed_newest_first_with_every_attempt_and_paged(
     second = client.get(next_page, headers=bearer(alice))
     assert [d["id"] for d in second.get_json()] == [oldest["id"]]
     assert "Link" not in second.headers
+
+
+@pytest.mark.slow
+def test_each_attempt_keeps_the_receivers_answer_bounded_and_storable(
+        client, alice, make_receiver):
+    body = (b'{"error": "name \x00 is not accepted", "detail": "\xff\xfe' + b"x" * 4000
+            + b'"}')
+    receiver = make_receiver(answer=Answer(400, body=body))
+    hook = created(client, alice, receiver.url)
+    create_plant(client, alice, 1)
+    wait_for_attempts(1)
+
+    [delivery] = client.get(f"/webhooks/{hook['id']}/deliveries",
+                            headers=bearer(alice)).get_json()
+
+    response = delivery["attempts"][0]["response"]
+    assert response["status"] == 400 and response["duration_ms"] >= 0
+    assert len(response["body"]) == 1024
+    assert response["body"].startswith('{"error": "name \ufffd is not accepted", '
+                                       '"detail": "\ufffd\ufffdxxx')
+
+
+def test_an_attempt_without_an_answer_has_no_response(client, alice):
+    hook = created(client, alice, f"http://127.0.0.1:{free_port()}/closed")
+    create_plant(client, alice, 1)
+    wait_for_attempts(1)
+
+    [delivery] = client.get(f"/webhooks/{hook['id']}/deliveries",
+                            headers=bearer(alice)).get_json()
+
+    [attempt] = delivery["attempts"]
+    assert attempt["response"] is None and attempt["status_code"] is None
+    assert attempt["error"]
 
 
 @pytest.mark.parametrize("query", ["limit=0", "limit=101", "status=lost", "after=x",

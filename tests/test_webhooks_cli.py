@@ -269,12 +269,28 @@ def test_deliveries_show_lists_every_attempt_with_time_status_and_duration(
     assert "status:       failed" in text
     assert 'payload:      {"id": 2, "name": "fern"}' in text
     assert "attempts:     2" in text
-    attempt_lines = [line for line in text.splitlines() if line.startswith("  ")]
+    attempt_lines = [line for line in text.splitlines()
+                     if line.startswith("  ") and not line.startswith("    ")]
     assert len(attempt_lines) == 2
     for line in attempt_lines:
         moment, answer, duration = line.strip().split("\t")
         assert moment.startswith("20") and answer == "HTTP 500 boom"
         assert duration.endswith(" ms")
+    assert [line for line in text.splitlines() if line.startswith("    ")] == [
+        "    body: boom"] * 2
+
+
+def test_deliveries_show_prints_a_receivers_body_on_one_line_without_its_control_characters(
+        client, runner, alice, make_receiver):
+    receiver = make_receiver(answer=Answer(400, body=b"bad\r\n\x1b[2Jgone\tnow"))
+    subscribe(runner, receiver.url)
+    create_plant(client, alice, 1)
+    wait_for_attempts(1)
+
+    text = invoke(runner, "deliveries", "show", "1").stdout
+
+    assert "    body: bad\\r\\n\\x1b[2Jgone\\tnow" in text.splitlines()
+    assert "\x1b" not in text
 
 
 def test_deliveries_show_gives_the_trace_id_of_the_create_that_queued_it(runner, one_of_each):

@@ -108,7 +108,16 @@ def deliveries_show(delivery_id):
         else:
             answer = attempt.error or "no answer"
         lines.append(f"  {when(attempt.started_at)}\t{answer}\t{attempt.duration_ms} ms")
+        if attempt.response_body:
+            lines.append(f"    body: {one_line(attempt.response_body)}")
     click.echo("\n".join(lines))
+
+
+def one_line(text):
+    """A receiver's text on one line, safe for a terminal: line breaks and
+    control characters (an escape sequence could restyle or rewrite the
+    operator's screen) shown as Python escapes, ``\\n``, ``\\x1b``."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 @deliveries_cli.command("retry")

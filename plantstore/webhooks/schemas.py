@@ -106,6 +106,21 @@ class RotatedSecretSchema(ma.Schema):
                        "four at once)."})
 
 
+class ResponseSchema(ma.Schema):
+    """What a receiver answered to one attempt."""
+
+    class Meta:
+        ordered = True
+
+    status = ma.fields.Integer(required=True, metadata={
+        "description": "The HTTP status the receiver answered."})
+    duration_ms = ma.fields.Integer(required=True, metadata={
+        "description": "From sending the request to the end of the answer."})
+    body = ma.fields.String(allow_none=True, required=True, metadata={
+        "description": "The first 1,024 characters of the answer's body (NUL and "
+                       "invalid UTF-8 replaced by U+FFFD); null when it was empty."})
+
+
 class AttemptSchema(ma.Schema):
     """One try at sending a delivery."""
 
@@ -119,6 +134,9 @@ class AttemptSchema(ma.Schema):
         "description": "What went wrong (connection, timeout, the start of a "
                        "non-2xx answer); null on success."})
     duration_ms = ma.fields.Integer(required=True)
+    response = ma.fields.Nested(ResponseSchema, allow_none=True, required=True, metadata={
+        "description": "The receiver's answer; null when it gave no HTTP answer "
+                       "(refused, timed out, cut by the deadline)."})
 
 
 class DeliverySchema(ma.Schema):
