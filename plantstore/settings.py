@@ -14,6 +14,8 @@ import re
 
 import limits
 
+from .encryption import parse_keys
+
 ENV_PREFIX = "PLANTSTORE_"
 _INTEGER = re.compile(r"-?[0-9]+")
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?|-?\.[0-9]+([eE][+-]?[0-9]+)?")
@@ -248,6 +250,11 @@ SETTINGS = (
     Setting("RATE_LIMIT_FAIL_OPEN_SECONDS", 5.0, number(0, HOUR, above_minimum=True),
             "Seconds a process serves requests without a limit, without asking Redis, "
             "after Redis failed to answer; then one request asks again."),
+    Setting("ENCRYPTION_KEYS", "", parse_keys,
+            "Keys that encrypt webhook signing secrets and receivers' bearer tokens at "
+            "rest, comma-separated, each from `plantstore keys generate`: the first "
+            "encrypts, every one decrypts. Empty: they are stored in plain text. Rotate "
+            "as docs/operating.md says (\"Encryption at rest\")."),
     Setting("IDEMPOTENCY_TTL_HOURS", 24.0, number(0, 30 * 24, above_minimum=True),
             "Hours an `Idempotency-Key` of `POST /plants` is remembered with its answer."),
 )

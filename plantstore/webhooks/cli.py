@@ -15,6 +15,7 @@ from flask.cli import AppGroup
 from .. import clock
 from ..cli_params import ROW_ID
 from ..db import database
+from ..encryption import seal
 from ..models import Delivery, Subscription
 from . import queue, receivers, secrets, sender, signing
 from .breaker import is_open
@@ -73,22 +74,26 @@ def webhooks_cli():
 @click.argument("url", callback=validate_url)
 @click.option("--bearer", metavar="TOKEN", callback=validate_bearer,
               help="Sent to the receiver as `Authorization: Bearer TOKEN`.")
-def webhooks_add(url, bearer):
+@click.option("--rate-limit", "rate_limit", metavar="N",
+              type=click.IntRange(1, receivers.RATE_LIMIT_MAX),
+              help="Send the receiver at most N deliveries a second (default: no limit).")
+def webhooks_add(url, bearer, rate_limit):
     """Send every new plant to URL; prints {"id", "url", "secret"} as JSON.
 
     The signing secret is shown only this once.
     """
     secret = signing.new_secret()
     with database.atomic():
-        subscription = Subscription.create(url=url, bearer_token=bearer or None,
-                                           secret=secret, created_at=clock.read())
+        subscription = Subscription.create(url=url, bearer_token=seal(bearer or None),
+                                           secret=seal(secret), rate_limit=rate_limit,
+                                           created_at=clock.read())
     click.echo(json.dumps({"id": subscription.id, "url": url, "secret": secret}))
 
 
 @webhooks_cli.command("list")
 def webhooks_list():
-    """List receivers: id, url, owner, state, bearer, secret rotation (never
-    secrets), circuit breaker."""
+    """List receivers: id, url, owner, state, bearer, rate limit, secret
+    rotation (never secrets), circuit breaker."""
     now = clock.read()  # as the housekeeping judges the overlaps' ends
     for subscription in Subscription.select().order_by(Subscription.id):
         state = ("active" if subscription.is_active
@@ -99,8 +104,10 @@ def webhooks_list():
                     if retired else "one secret")
         owner = subscription.owner.name if subscription.owner_id else "operator"
         bearer = "bearer token" if subscription.bearer_token else "no bearer token"
+        limit = (f"at most {subscription.rate_limit}/s" if subscription.rate_limit
+                 else "no rate limit")
         click.echo(f"{subscription.id}\t{subscription.url}\t{owner}\t{state}\t"
-                   f"{bearer}\t{rotation}\t{_breaker_state(subscription)}")
+                   f"{bearer}\t{limit}\t{rotation}\t{_breaker_state(subscription)}")
 
 
 def _breaker_state(subscription):

@@ -23,6 +23,7 @@ import requests
 
 from .. import tracing
 from ..clock import local_now
+from ..encryption import SecretUnreadable, reveal
 from . import ssrf
 from .deadline import DeadlineAdapter, attempt_deadline
 from .signing import signature_headers
@@ -131,6 +132,10 @@ def attempt(job, settings, context=None):
         started_at, clock = local_now(), time.monotonic()
         try:
             result = send(job, settings)
+        except SecretUnreadable as error:  # a key removed while running: no traceback
+            log.error("delivery %s: not sent: %s", job.delivery_id, error)
+            result = SendResult(started_at, int((time.monotonic() - clock) * 1000),
+                                error=f"not sent: {error}")
         except Exception as error:
             log.exception("delivery %s: the attempt could not be made", job.delivery_id)
             result = SendResult(started_at, int((time.monotonic() - clock) * 1000),
@@ -149,7 +154,7 @@ def send(job, settings):
         **signature_headers(job.message_id, timestamp, job.payload, job.signing_secrets()),
     }
     if job.bearer_token:
-        headers["Authorization"] = f"Bearer {job.bearer_token}"
+        headers["Authorization"] = f"Bearer {reveal(job.bearer_token)}"
     headers.update(tracing.traceparent_header(settings.traceparent_receivers, job.restricted))
     clock = time.monotonic()
 
