@@ -17,7 +17,7 @@ from ..cli_params import ROW_ID
 from ..db import database
 from ..encryption import seal
 from ..models import Delivery, Subscription
-from . import queue, receivers, secrets, sender, signing
+from . import queue, receivers, secrets, sender, signing, throttle
 from .breaker import is_open
 from .config import settings_of
 
@@ -194,6 +194,10 @@ def send_now(delivery_id, failed="failed again"):
         job = queue.take_for_resend(delivery_id, settings)
     except queue.ResendRefused as refused:
         raise click.ClickException(str(refused)) from None
+    if not throttle.admits(job, lambda job: queue.give_back([job])):
+        click.echo(f"delivery {delivery_id} waits for its receiver's rate limit; "
+                   "the workers send it")
+        return
     [outcome] = queue.record([(job, sender.attempt(job, settings))], settings)
     delivery = find_delivery(delivery_id)
     if outcome == "delivered":

@@ -20,7 +20,7 @@ import threading
 from .. import clock, tracing
 from ..db import database
 from ..maintenance import Maintenance
-from . import queue
+from . import queue, throttle
 from .outcome_writer import OutcomeWriter
 from .slots import Slots
 from .web_sender import FINISH_MARGIN_SECONDS, attempt_and_put
@@ -55,9 +55,12 @@ class Worker:
 
     def _claim(self, room, due_by):
         with tracing.claim_span() as span:
-            jobs = queue.claim(min(room.free, self.settings.batch_size), self.settings,
-                               room.receiver_default, room.owner_default, room.receivers,
-                               room.owners, due_by=due_by)
+            limit = min(room.free, self.settings.batch_size)
+            caps = throttle.take_for_claim(room, limit, due_by)  # throttled receivers' rooms
+            jobs = queue.claim(limit, self.settings,
+                               room.receiver_default, room.owner_default,
+                               {**room.receivers, **caps}, room.owners, due_by=due_by)
+            jobs = throttle.settle(caps, jobs, self.writer.give_back)
             span.claimed(job.traceparent for job in jobs)
         return jobs
 

@@ -1,0 +1,210 @@
+"""A throttle per receiver: at most ``rate_limit`` deliveries a second,
+across every process on every host.
+
+Each throttled subscription keeps a token bucket on its row: up to
+``rate_limit`` tokens, refilled at ``rate_limit`` a second by the database's
+clock (``now()`` on PostgreSQL; on SQLite, one host, ``clock.now()``), taken
+by one atomic statement. Every attempt at a throttled receiver (a first
+attempt or a retry, by a worker or a web process) spends a token taken
+before it starts, so over any T seconds a receiver is sent at most
+``rate_limit × T + rate_limit`` deliveries (the bucket's content at the
+start, and what refills during them).
+
+- A worker, before each claim, takes for each throttled subscription with
+  due deliveries at most what the claim could give it (``take_for_claim``)
+  and passes them to the claim as that subscription's room: a receiver
+  without tokens gets nothing from the claim, and the claim's room goes to
+  other receivers. After the claim it gives back the tokens not used
+  (``settle``); a probe of an open breaker claimed beyond them is given back
+  to the queue unsent.
+- A web process sends a create's delivery to a throttled receiver only if it
+  takes a token (``admits``); otherwise the delivery goes back to the
+  workers unsent.
+
+A delivery held back uses no attempt, no retry and no sending slot: it just
+stays due. A token taken but not spent (an attempt that could not start) is
+lost, which only ever sends less.
+"""
+import collections
+
+from peewee import fn
+
+from .. import clock, metrics
+from ..db import database, is_sqlite
+from ..models import Delivery, Subscription
+from . import backlog
+
+_NOW = clock.POSTGRES_NOW
+
+_LEVEL = f"""least(s.rate_limit::float8,
+    coalesce(s.throttle_tokens, s.rate_limit)
+    + s.rate_limit * greatest(0, extract(epoch FROM {_NOW} - coalesce(s.throttle_refilled_at,
+                                                                       {_NOW}))))"""
+"""A bucket's tokens now: its stored tokens, refilled since, at most full."""
+
+_TAKE = f"""
+, locked AS (  -- each bucket, locked and read as it is once the lock is had
+    SELECT s.id, w.want, {_LEVEL} AS level,
+           greatest(coalesce(s.throttle_refilled_at, {_NOW}), {_NOW}) AS refilled
+    FROM subscription s JOIN wanted w ON w.id = s.id
+    WHERE s.rate_limit IS NOT NULL
+    ORDER BY s.id
+    FOR UPDATE OF s
+), taken AS (
+    SELECT id, level, refilled, least(floor(level)::int, want) AS n FROM locked
+), spent AS (
+    UPDATE subscription s SET throttle_tokens = t.level - t.n, throttle_refilled_at = t.refilled
+    FROM taken t WHERE s.id = t.id AND t.n > 0
+)
+SELECT id, n FROM taken
+"""
+
+TAKE_FOR_CLAIM = f"""
+WITH room (id, room) AS (SELECT * FROM unnest(%(ids)s::int[], %(rooms)s::int[])),
+wanted AS (  -- the throttled receivers with deliveries due, unleased
+    SELECT s.id, CASE WHEN s.breaker_opened_at IS NOT NULL THEN 1
+                      ELSE least(coalesce((SELECT r.room FROM room r WHERE r.id = s.id),
+                                          %(default_room)s), %(limit)s) END AS want
+    FROM subscription s
+    WHERE s.rate_limit IS NOT NULL AND s.is_active
+      AND EXISTS (SELECT 1 FROM delivery d
+                  WHERE d.subscription_id = s.id AND d.status = 'pending'
+                    AND d.next_attempt_at <= coalesce(%(due_by)s::timestamp, {_NOW})
+                    AND (d.locked_until IS NULL OR d.locked_until <= {_NOW}))
+){_TAKE}"""
+"""Rows (subscription id, tokens taken) of every throttled receiver with due
+deliveries; through ``delivery_due_per_subscription``."""
+
+TAKE = f"""
+WITH wanted (id, want) AS (SELECT * FROM unnest(%(ids)s::int[], %(wants)s::int[])){_TAKE}"""
+"""Rows (subscription id, tokens taken) of those of ``ids`` that are throttled."""
+
+GIVE_BACK = """
+UPDATE subscription s
+SET throttle_tokens = least(s.rate_limit::float8, coalesce(s.throttle_tokens, s.rate_limit) + g.n)
+FROM unnest(%(ids)s::int[], %(counts)s::int[]) AS g(id, n)
+WHERE s.id = g.id AND s.rate_limit IS NOT NULL
+"""
+
+
+def take_for_claim(room, limit, due_by=None):
+    """Tokens for the claim a worker is about to make with ``room`` (a
+    ``slots.Room``) and ``limit``: {subscription id: tokens taken} for every
+    throttled receiver with due deliveries, each at most what the claim could
+    give it (0: none available). Pass them as the claim's rooms."""
+    if not is_sqlite():
+        rows = database.execute_sql(TAKE_FOR_CLAIM, {
+            "ids": list(room.receivers), "rooms": list(room.receivers.values()),
+            "default_room": room.receiver_default, "limit": limit,
+            "due_by": due_by}).fetchall()
+        return dict(rows)
+    due = _sqlite_due_throttled(due_by)
+    if not due:
+        return {}
+    wants = {subscription_id: 1 if breaker_open else
+             min(room.receivers.get(subscription_id, room.receiver_default), limit)
+             for subscription_id, breaker_open in due}
+    return _sqlite_take(wants)
+
+
+def settle(caps, jobs, give_back):
+    """After a claim made with ``caps`` (from ``take_for_claim``): give back
+    the tokens it did not use, and the jobs it gave beyond a cap (an open
+    breaker's probe) through ``give_back(job)``; the jobs to attempt."""
+    if not caps:
+        return jobs
+    claimed = collections.Counter()
+    kept = []
+    for job in jobs:
+        if job.subscription_id in caps and claimed[job.subscription_id] >= caps[
+                job.subscription_id]:
+            give_back(job)
+            continue
+        claimed[job.subscription_id] += 1
+        kept.append(job)
+    give_back_tokens({subscription_id: tokens - claimed[subscription_id]
+                      for subscription_id, tokens in caps.items()})
+    return kept
+
+
+def admits(job, give_back):
+    """Whether ``job`` (leased by a web process) may be attempted now: its
+    receiver is not throttled, or a token was taken for it. If not, it is
+    handed to ``give_back(job)`` (to the workers, unsent)."""
+    with database.connection_context():  # a sender thread's: back to the pool after
+        if take({job.subscription_id: 1}).get(job.subscription_id, 1):
+            return True
+    metrics.count_left_to_worker("throttled")
+    give_back(job)
+    backlog.note_left_to_workers()
+    return False
+
+
+def take(wants):
+    """Take tokens: {subscription id: tokens wanted} → {id: tokens taken} for
+    those that are throttled (the others are absent: no limit)."""
+    if not is_sqlite():
+        rows = database.execute_sql(TAKE, {"ids": list(wants),
+                                           "wants": list(wants.values())}).fetchall()
+        return dict(rows)
+    throttled = [subscription_id for subscription_id, in Subscription.select(Subscription.id)
+                 .where(Subscription.id.in_(list(wants)),
+                        Subscription.rate_limit.is_null(False)).tuples()]
+    if not throttled:
+        return {}
+    return _sqlite_take({subscription_id: wants[subscription_id]
+                         for subscription_id in throttled})
+
+
+def give_back_tokens(unused):
+    """Put back tokens taken but not spent: {subscription id: count}."""
+    unused = {subscription_id: n for subscription_id, n in unused.items() if n > 0}
+    if not unused:
+        return
+    if not is_sqlite():
+        database.execute_sql(GIVE_BACK, {"ids": list(unused), "counts": list(unused.values())})
+        return
+    with database.atomic():
+        for subscription_id, count in unused.items():
+            (Subscription.update(throttle_tokens=fn.MIN(
+                Subscription.rate_limit,
+                fn.COALESCE(Subscription.throttle_tokens, Subscription.rate_limit) + count))
+             .where(Subscription.id == subscription_id, Subscription.rate_limit.is_null(False))
+             .execute())
+
+
+def _sqlite_due_throttled(due_by):
+    """(id, breaker open) of the throttled receivers with due, unleased deliveries."""
+    now = clock.now()
+    due = (Delivery.select(Delivery.id)
+           .where(Delivery.subscription == Subscription.id,
+                  Delivery.status == Delivery.PENDING,
+                  Delivery.next_attempt_at <= (due_by or now),
+                  Delivery.locked_until.is_null() | (Delivery.locked_until <= now)))
+    return list(Subscription.select(Subscription.id,
+                                    Subscription.breaker_opened_at.is_null(False))
+                .where(Subscription.rate_limit.is_null(False),
+                       Subscription.is_active == True,  # noqa: E712
+                       fn.EXISTS(due)).tuples())
+
+
+def _sqlite_take(wants):
+    """``take`` on SQLite (one host: the process's clock is the host's)."""
+    taken = {}
+    with database.atomic():
+        now = clock.now()
+        for subscription_id, rate, tokens, refilled in (
+                Subscription.select(Subscription.id, Subscription.rate_limit,
+                                    Subscription.throttle_tokens,
+                                    Subscription.throttle_refilled_at)
+                .where(Subscription.id.in_(list(wants)),
+                       Subscription.rate_limit.is_null(False)).tuples()):
+            elapsed = max(0.0, (now - (refilled or now)).total_seconds())
+            level = min(float(rate), (rate if tokens is None else tokens) + rate * elapsed)
+            taken[subscription_id] = n = min(int(level), wants[subscription_id])
+            if n:
+                (Subscription.update(throttle_tokens=level - n,
+                                     throttle_refilled_at=max(refilled or now, now))
+                 .where(Subscription.id == subscription_id).execute())
+    return taken
+
