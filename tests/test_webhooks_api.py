@@ -82,6 +82,7 @@ def test_list_shows_the_callers_own_and_an_admin_sees_every_one(client, runner, 
 
 OBJECT_ROUTES = [
     ("get", "/webhooks/{id}", None),
+    ("patch", "/webhooks/{id}", {"rate_limit": 5}),
     ("delete", "/webhooks/{id}", None),
     ("post", "/webhooks/{id}/enable", None),
     ("post", "/webhooks/{id}/rotate-secret", None),
