@@ -4,11 +4,11 @@ on ``POST`` and ``GET``, ``plantstore webhooks add --rate-limit``; against a
 real receiver on loopback (allowed by PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS)."""
 import pytest
 
-from helpers import assert_error, bearer, create_plant
+from helpers import assert_error, bearer, create_plant, wait_until
 from plantstore.auth import WEBHOOKS_READ
 from plantstore.models import Delivery, Subscription
 from plantstore.webhooks.receivers import RATE_LIMIT_MAX
-from plugins.webhooks import PATIENT_SENDS, verify, wait_for_attempts
+from plugins.webhooks import PATIENT_SENDS, run_worker, verify, wait_for_attempts
 
 pytestmark = pytest.mark.app_config({**PATIENT_SENDS,
                                      "WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
@@ -47,7 +47,7 @@ def test_a_bad_rate_limit_is_400_naming_it(client, alice, rate_limit):
 
 
 def test_patch_changes_url_bearer_and_rate_limit_and_keeps_the_rest(
-        client, alice, make_receiver):
+        client, runner, alice, make_receiver):
     old, new = make_receiver(), make_receiver()
     body = registered(client, alice, old.url, bearer="old-token")
     create_plant(client, alice, 1)
@@ -63,6 +63,9 @@ def test_patch_changes_url_bearer_and_rate_limit_and_keeps_the_rest(
     assert "new-token" not in response.text and "secret" not in changed
     assert Delivery.select().count() == 1  # the delivery log is kept
     create_plant(client, alice, 2)
+    # A new limit starts with an empty bucket: a worker sends it once it refills.
+    wait_until(lambda: run_worker(runner) is not None and new.requests, timeout=30,
+               message="the delivery after the PATCH")
     [got] = new.wait_for(1)
     assert got.headers["authorization"] == "Bearer new-token"
     assert verify(body["secret"], got)["id"] == 2  # the same secret signs

@@ -85,7 +85,8 @@ def webhooks_add(url, bearer, rate_limit):
     secret = signing.new_secret()
     with database.atomic():
         subscription = Subscription.create(url=url, bearer_token=seal(bearer or None),
-                                           secret=seal(secret), rate_limit=rate_limit,
+                                           secret=seal(secret),
+                                           **throttle.limited(rate_limit),
                                            created_at=clock.read())
     click.echo(json.dumps({"id": subscription.id, "url": url, "secret": secret}))
 

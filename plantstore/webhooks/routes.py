@@ -13,7 +13,7 @@ from ..auth import WEBHOOKS_READ, WEBHOOKS_WRITE
 from ..db import database, is_sqlite
 from ..encryption import seal
 from ..models import Attempt, Delivery, Subscription, User
-from . import audience, queue, secrets, signing, ssrf
+from . import audience, queue, secrets, signing, ssrf, throttle
 from .config import settings_of
 from .schemas import (
     ROW_ID_MAX,
@@ -103,7 +103,7 @@ def create_subscription(new):
         subscription = Subscription.create(owner=g.caller.user_id, url=new["url"],
                                            bearer_token=seal(new.get("bearer")),
                                            secret=seal(secret),
-                                           rate_limit=new.get("rate_limit"),
+                                           **throttle.limited(new.get("rate_limit")),
                                            created_at=clock.read())
     subscription.secret = secret  # shown in plain text this once
     return subscription, 201, {"Location": f"{request.script_root}/webhooks/{subscription.id}"}
@@ -149,7 +149,7 @@ def update_subscription(changes, id):
     if "bearer" in changes:
         values["bearer_token"] = seal(changes["bearer"])
     if "rate_limit" in changes:
-        values["rate_limit"] = changes["rate_limit"]
+        values.update(throttle.limited(changes["rate_limit"]))
     with database.atomic():
         changed = (Subscription.update(**values)
                    .where(Subscription.id == subscription.id).execute())

@@ -21,7 +21,8 @@ start, and what refills during them).
   takes a token (``admits``); otherwise the delivery goes back to the
   workers unsent.
 
-A delivery held back uses no attempt, no retry and no sending slot: it just
+A limit set or changed starts with an empty bucket (``limited``). A
+delivery held back uses no attempt, no retry and no sending slot: it just
 stays due. A token taken but not spent (an attempt that could not start) is
 lost, which only ever sends less.
 """
@@ -85,6 +86,14 @@ SET throttle_tokens = least(s.rate_limit::float8, coalesce(s.throttle_tokens, s.
 FROM unnest(%(ids)s::int[], %(counts)s::int[]) AS g(id, n)
 WHERE s.id = g.id AND s.rate_limit IS NOT NULL
 """
+
+
+def limited(rate_limit):
+    """The columns of a subscription given ``rate_limit`` (None: no limit): a
+    limit set or changed starts with an empty bucket, so the first deliveries
+    after it go out at its pace rather than in a burst."""
+    return {"rate_limit": rate_limit, "throttle_tokens": 0 if rate_limit else None,
+            "throttle_refilled_at": clock.now() if rate_limit else None}
 
 
 def take_for_claim(room, limit, due_by=None):
