@@ -183,13 +183,16 @@ def test_a_receiver_limited_to_5_a_second_gets_no_more_while_another_drains_at_f
         app, client, alice, bob, database_url, gunicorn_server, make_receiver,
         start_worker):
     throttled, free = make_receiver(), make_receiver()
-    secret = subscribe(client, alice, throttled.url, rate_limit=RATE)["secret"]
-    subscribe(client, bob, free.url)
     environment = {**os.environ, **plantstore_env(database_url, **THROTTLED)}
     server = gunicorn_server(workers=2, env=environment)
     workers = [start_worker(environment) for _ in range(2)]
     for worker in workers:
         worker.wait_started()
+    # Registered last: its bucket starts empty (see throttle.limited), so what
+    # the receiver counts is the steady pace, and the bound's burst term is
+    # left to absorb how much longer one send than another takes to arrive.
+    secret = subscribe(client, alice, throttled.url, rate_limit=RATE)["secret"]
+    subscribe(client, bob, free.url)
 
     creators = [threading.Thread(target=create_plants, args=(server, token, ids))
                 for token, ids in ((alice, range(1, BACKLOG + 1)),
@@ -210,7 +213,9 @@ def test_a_receiver_limited_to_5_a_second_gets_no_more_while_another_drains_at_f
     server.stop()
 
     span = max(arrivals) - min(arrivals)
-    print(f"\nthrottled: {len(arrivals)} in {span:.1f} s; the unthrottled receiver's "
+    per_second = collections.Counter(int(at - min(arrivals)) for at in arrivals)
+    print(f"\nthrottled, per second: {[per_second[s] for s in range(int(span) + 1)]}")
+    print(f"throttled: {len(arrivals)} in {span:.1f} s; the unthrottled receiver's "
           f"{BACKLOG} done after {free_done:.1f} s, when the throttled had "
           f"{throttled_when_free_done}")
     assert per_second_windows_over_the_bound(arrivals, RATE) == []
