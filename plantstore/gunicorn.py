@@ -221,7 +221,9 @@ def check_configuration():
 def check_stored_secrets(values, configured):
     """Refuse to start (``SettingError``) if a stored webhook secret is one no
     key of ``PLANTSTORE_ENCRYPTION_KEYS`` opens (see ``stored_secrets``); the
-    master's connection is closed again before any fork."""
+    master's connection is closed again before any fork. What it logs is
+    JSON already (gunicorn applies ``logconfig`` only after this file)."""
+    logs.configure_process_logging()
     encryption.use(values["ENCRYPTION_KEYS"])
     database.initialize(configured)
     try:

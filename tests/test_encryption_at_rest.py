@@ -17,6 +17,7 @@ from helpers import REPO, bearer, free_port, plantstore_env, run_plantstore
 from plantstore import encryption
 from plantstore.db import database
 from plantstore.models import Subscription
+from plantstore.webhooks import stored_secrets
 from plugins.webhooks import PATIENT_SENDS, store_plants, verify
 
 KEY_A, KEY_B = Fernet.generate_key().decode(), Fernet.generate_key().decode()
@@ -211,3 +212,34 @@ def test_a_web_server_refuses_to_start_with_a_secret_no_key_opens(client, alice,
         [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "wsgi:app"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert_refused_in_one_line(result)
+
+
+def test_a_bearer_token_changed_by_patch_is_stored_encrypted_and_sent_plain(
+        client, alice, make_receiver):
+    receiver = make_receiver()
+    body = register(client, alice, receiver.url, "first-token")
+
+    changed = client.patch(f"/webhooks/{body['id']}", json={"bearer": "second-token"},
+                           headers=bearer(alice))
+
+    assert changed.status_code == 200, changed.data
+    stored = Subscription.get_by_id(body["id"]).bearer_token
+    assert stored.startswith(encryption.PREFIX) and "second-token" not in stored
+    client.post("/plants", json={"id": 1, "name": "fern"}, headers=bearer(alice))
+    [got] = receiver.wait_for(1)
+    assert got.headers["authorization"] == "Bearer second-token"
+    verify(body["secret"], got)
+
+
+def test_reencrypt_leaves_a_subscription_changed_meanwhile_as_the_change_left_it(
+        client, alice):
+    body = register(client, alice, "http://127.0.0.1:9/hook", "a-token")
+    read = next(iter(stored_secrets._batches()))[0]
+    rotated = client.post(f"/webhooks/{body['id']}/rotate-secret", headers=bearer(alice))
+    assert rotated.status_code == 200
+    after_rotation = Subscription.get_by_id(body["id"]).secret
+
+    outcome = stored_secrets._rewrite(encryption.Keyring((KEY_B, KEY_A)), read)
+
+    assert outcome == "changed"
+    assert Subscription.get_by_id(body["id"]).secret == after_rotation
