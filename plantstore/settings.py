@@ -251,10 +251,9 @@ SETTINGS = (
             "Seconds a process serves requests without a limit, without asking Redis, "
             "after Redis failed to answer; then one request asks again."),
     Setting("ENCRYPTION_KEYS", "", parse_keys,
-            "Keys that encrypt webhook signing secrets and receivers' bearer tokens at "
-            "rest, comma-separated, each from `plantstore keys generate`: the first "
-            "encrypts, every one decrypts. Empty: they are stored in plain text. Rotate "
-            "as docs/operating.md says (\"Encryption at rest\")."),
+            "Keys from `plantstore keys generate`, comma-separated, that encrypt webhook "
+            "signing secrets and bearer tokens at rest: the first encrypts, all decrypt "
+            "(rotation: docs/operating.md). Empty: they are stored in plain text."),
     Setting("IDEMPOTENCY_TTL_HOURS", 24.0, number(0, 30 * 24, above_minimum=True),
             "Hours an `Idempotency-Key` of `POST /plants` is remembered with its answer."),
 )

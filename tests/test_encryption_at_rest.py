@@ -135,17 +135,19 @@ def test_the_rotation_procedure_keeps_every_delivery_verified(
         assert got.headers["authorization"] == "Bearer a-bearer-token"
 
     deliver_and_verify(KEY_A, 1)
-    # 1. The new key first, the old one still there to decrypt.
-    deliver_and_verify(f"{KEY_B},{KEY_A}", 2)
-    # 2. Rewrite what is stored under the new key.
+    # 1. The new key last, on every node: it decrypts, it does not encrypt yet.
+    deliver_and_verify(f"{KEY_A},{KEY_B}", 2)
+    # 2. The new key first, the old one still there to decrypt.
+    deliver_and_verify(f"{KEY_B},{KEY_A}", 3)
+    # 3. Rewrite what is stored under the new key.
     reencrypted = plantstore(database_url, "keys", "reencrypt", keys=f"{KEY_B},{KEY_A}")
     assert reencrypted.returncode == 0, reencrypted.stderr
     assert "rewrote the secrets of 1 subscription(s)" in reencrypted.stdout
     for value in stored_values():
         Fernet(KEY_B).decrypt(value[len(encryption.PREFIX):].encode())
-    deliver_and_verify(f"{KEY_B},{KEY_A}", 3)
-    # 3. Drop the old key.
-    deliver_and_verify(KEY_B, 4)
+    deliver_and_verify(f"{KEY_B},{KEY_A}", 4)
+    # 4. Drop the old key.
+    deliver_and_verify(KEY_B, 5)
     again = plantstore(database_url, "keys", "reencrypt", keys=KEY_B)
     assert "rewrote the secrets of 0 subscription(s); 1 already" in again.stdout
 
