@@ -68,6 +68,7 @@ wanted AS (  -- the throttled receivers with deliveries due, unleased
                                           %(default_room)s), %(limit)s) END AS want
     FROM subscription s
     WHERE s.rate_limit IS NOT NULL AND s.is_active
+      AND (s.breaker_opened_at IS NULL OR s.breaker_probe_at <= {_NOW})  -- as the claim
       AND EXISTS (SELECT 1 FROM delivery d
                   WHERE d.subscription_id = s.id AND d.status = 'pending'
                     AND d.next_attempt_at <= coalesce(%(due_by)s::timestamp, {_NOW})
@@ -183,7 +184,8 @@ def give_back_tokens(unused):
 
 
 def _sqlite_due_throttled(due_by):
-    """(id, breaker open) of the throttled receivers with due, unleased deliveries."""
+    """(id, breaker open) of the throttled receivers with due, unleased
+    deliveries that the claim may take (an open breaker's once its probe is due)."""
     now = clock.now()
     due = (Delivery.select(Delivery.id)
            .where(Delivery.subscription == Subscription.id,
@@ -194,6 +196,8 @@ def _sqlite_due_throttled(due_by):
                                     Subscription.breaker_opened_at.is_null(False))
                 .where(Subscription.rate_limit.is_null(False),
                        Subscription.is_active == True,  # noqa: E712
+                       Subscription.breaker_opened_at.is_null()
+                       | (Subscription.breaker_probe_at <= now),
                        fn.EXISTS(due)).tuples())
 
 
