@@ -123,6 +123,21 @@ def test_a_create_sends_a_throttled_receivers_delivery_only_with_a_token(
     assert Attempt.select().count() == 0
 
 
+def test_a_create_sends_a_throttled_receivers_delivery_at_once_with_a_token(
+        app, client, alice, make_receiver):
+    receiver = make_receiver()
+    limited = subscribe(client, alice, receiver.url, rate_limit=5)
+    stamp = time.monotonic()
+    wait_until(lambda: time.monotonic() - stamp > 0.5, timeout=5)  # a token refills
+
+    create_plant(client, alice, 1)  # no worker runs: only the web process can send it
+
+    [got] = receiver.wait_for(1)
+    assert verify(limited["secret"], got)["id"] == 1
+    tokens = Subscription.get_by_id(limited["id"]).throttle_tokens
+    assert tokens is not None and tokens < 5  # the token was taken from the bucket
+
+
 def test_an_open_breakers_probe_waits_for_a_token_too(app, client, alice, make_receiver):
     receiver = make_receiver()
     limited = subscribe(client, alice, receiver.url, rate_limit=1)["id"]

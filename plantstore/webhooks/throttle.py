@@ -17,9 +17,10 @@ start, and what refills during them).
   other receivers. After the claim it gives back the tokens not used
   (``settle``); a probe of an open breaker claimed beyond them is given back
   to the queue unsent.
-- A web process sends a create's delivery to a throttled receiver only if it
-  takes a token (``admits``); otherwise the delivery goes back to the
-  workers unsent.
+- A web process sends a create's delivery to a throttled receiver only if a
+  token was taken for it (``admits_stored``: on PostgreSQL by the create's
+  own statement, through migration 0012's trigger, so a create costs no
+  round trip more); otherwise the delivery goes to the workers unsent.
 
 A limit set or changed starts with an empty bucket (``limited``). A
 delivery held back uses no attempt, no retry and no sending slot: it just
@@ -44,20 +45,21 @@ _LEVEL = f"""least(s.rate_limit::float8,
 """A bucket's tokens now: its stored tokens, refilled since, at most full."""
 
 _TAKE = f"""
-, locked AS (  -- each bucket, locked and read as it is once the lock is had
+, locked AS (  -- each bucket, locked; one another statement holds is skipped (never
+               -- waited for, so no deadlock): it gives no token this time
     SELECT s.id, w.want, {_LEVEL} AS level,
            greatest(coalesce(s.throttle_refilled_at, {_NOW}), {_NOW}) AS refilled
     FROM subscription s JOIN wanted w ON w.id = s.id
     WHERE s.rate_limit IS NOT NULL
     ORDER BY s.id
-    FOR UPDATE OF s
+    FOR UPDATE OF s SKIP LOCKED
 ), taken AS (
     SELECT id, level, refilled, least(floor(level)::int, want) AS n FROM locked
 ), spent AS (
     UPDATE subscription s SET throttle_tokens = t.level - t.n, throttle_refilled_at = t.refilled
     FROM taken t WHERE s.id = t.id AND t.n > 0
 )
-SELECT id, n FROM taken
+SELECT w.id, coalesce(t.n, 0) FROM wanted w LEFT JOIN taken t ON t.id = w.id
 """
 
 TAKE_FOR_CLAIM = f"""
@@ -78,14 +80,23 @@ wanted AS (  -- the throttled receivers with deliveries due, unleased
 deliveries; through ``delivery_due_per_subscription``."""
 
 TAKE = f"""
-WITH wanted (id, want) AS (SELECT * FROM unnest(%(ids)s::int[], %(wants)s::int[])){_TAKE}"""
+WITH wanted AS (
+    SELECT w.id, w.want FROM unnest(%(ids)s::int[], %(wants)s::int[]) AS w(id, want)
+    JOIN subscription s ON s.id = w.id WHERE s.rate_limit IS NOT NULL
+){_TAKE}"""
 """Rows (subscription id, tokens taken) of those of ``ids`` that are throttled."""
 
 GIVE_BACK = """
+WITH g AS (  -- tokens for a bucket another statement holds are dropped: never waits
+    SELECT s.id, g.n FROM subscription s
+    JOIN unnest(%(ids)s::int[], %(counts)s::int[]) AS g(id, n) ON g.id = s.id
+    WHERE s.rate_limit IS NOT NULL
+    ORDER BY s.id
+    FOR UPDATE OF s SKIP LOCKED
+)
 UPDATE subscription s
 SET throttle_tokens = least(s.rate_limit::float8, coalesce(s.throttle_tokens, s.rate_limit) + g.n)
-FROM unnest(%(ids)s::int[], %(counts)s::int[]) AS g(id, n)
-WHERE s.id = g.id AND s.rate_limit IS NOT NULL
+FROM g WHERE s.id = g.id
 """
 
 
@@ -137,17 +148,40 @@ def settle(caps, jobs, give_back):
     return kept
 
 
+LEFT_TO_WORKERS = 0
+"""The ``lease`` of a job a create stored unleased on PostgreSQL: its
+receiver is throttled and had no token (migration 0012's trigger)."""
+
+
+def admits_stored(job, give_back):
+    """Whether ``job``, leased to a web process by a create, may be attempted
+    now: its receiver is not throttled, or a token was taken for it (on
+    PostgreSQL in the create's statement, by migration 0012's trigger; on
+    SQLite here). If not, it is handed to ``give_back(job)`` (to the
+    workers, unsent)."""
+    if is_sqlite():
+        return admits(job, give_back)
+    if job.lease != LEFT_TO_WORKERS:
+        return True
+    _left_to_workers(job, give_back)
+    return False
+
+
 def admits(job, give_back):
-    """Whether ``job`` (leased by a web process) may be attempted now: its
-    receiver is not throttled, or a token was taken for it. If not, it is
-    handed to ``give_back(job)`` (to the workers, unsent)."""
+    """Whether ``job`` may be attempted now: its receiver is not throttled,
+    or a token is taken for it here. If not, it is handed to
+    ``give_back(job)`` (to the workers, unsent)."""
     with database.connection_context():  # a sender thread's: back to the pool after
         if take({job.subscription_id: 1}).get(job.subscription_id, 1):
             return True
+    _left_to_workers(job, give_back)
+    return False
+
+
+def _left_to_workers(job, give_back):
     metrics.count_left_to_worker("throttled")
     give_back(job)
     backlog.note_left_to_workers()
-    return False
 
 
 def take(wants):

@@ -88,7 +88,7 @@ class WebSender:
 
     def _attempt(self, job, context):
         try:
-            if throttle.admits(job, self.writer.give_back):  # else left to the workers
+            if throttle.admits_stored(job, self.writer.give_back):  # else left to the workers
                 attempt_and_put(job, self.settings, self.writer, context)
         finally:
             self.slots.release(job)
