@@ -138,6 +138,23 @@ def test_a_create_sends_a_throttled_receivers_delivery_at_once_with_a_token(
     assert tokens is not None and tokens < 5  # the token was taken from the bucket
 
 
+def test_an_operators_resend_waits_for_a_token_too(app, client, runner, alice,
+                                                   make_receiver):
+    receiver = make_receiver()
+    limited = subscribe(client, alice, receiver.url, rate_limit=1)["id"]
+    store_plants(app, [1], owner="alice", give_back=True)
+    delivery_id = Delivery.get(Delivery.subscription == limited).id
+    empty_bucket(limited)
+
+    result = runner.invoke(args=["deliveries", "retry", str(delivery_id)])
+
+    assert result.exit_code == 0, result.output
+    assert "waits for its receiver's rate limit" in result.stdout
+    delivery = Delivery.get_by_id(delivery_id)
+    assert delivery.attempts == 0 and delivery.locked_until is None
+    assert receiver.requests == []
+
+
 def test_an_open_breakers_probe_waits_for_a_token_too(app, client, alice, make_receiver):
     receiver = make_receiver()
     limited = subscribe(client, alice, receiver.url, rate_limit=1)["id"]
