@@ -36,68 +36,18 @@ from ..db import database, is_sqlite
 from ..models import Delivery, Subscription
 from . import backlog
 
-_NOW = clock.POSTGRES_NOW
-
-_LEVEL = f"""least(s.rate_limit::float8,
-    coalesce(s.throttle_tokens, s.rate_limit)
-    + s.rate_limit * greatest(0, extract(epoch FROM {_NOW} - coalesce(s.throttle_refilled_at,
-                                                                       {_NOW}))))"""
-"""A bucket's tokens now: its stored tokens, refilled since, at most full."""
-
-_TAKE = f"""
-, locked AS (  -- each bucket, locked; one another statement holds is skipped (never
-               -- waited for, so no deadlock): it gives no token this time
-    SELECT s.id, w.want, {_LEVEL} AS level,
-           greatest(coalesce(s.throttle_refilled_at, {_NOW}), {_NOW}) AS refilled
-    FROM subscription s JOIN wanted w ON w.id = s.id
-    WHERE s.rate_limit IS NOT NULL
-    ORDER BY s.id
-    FOR UPDATE OF s SKIP LOCKED
-), taken AS (
-    SELECT id, level, refilled, least(floor(level)::int, want) AS n FROM locked
-), spent AS (
-    UPDATE subscription s SET throttle_tokens = t.level - t.n, throttle_refilled_at = t.refilled
-    FROM taken t WHERE s.id = t.id AND t.n > 0
-)
-SELECT w.id, coalesce(t.n, 0) FROM wanted w LEFT JOIN taken t ON t.id = w.id
+TAKE_FOR_CLAIM = """
+SELECT * FROM plantstore_throttle_take_for_claim(
+    %(ids)s::int[], %(rooms)s::int[], %(default_room)s, %(limit)s, %(due_by)s::timestamp)
 """
-
-TAKE_FOR_CLAIM = f"""
-WITH room (id, room) AS (SELECT * FROM unnest(%(ids)s::int[], %(rooms)s::int[])),
-wanted AS (  -- the throttled receivers with deliveries due, unleased
-    SELECT s.id, CASE WHEN s.breaker_opened_at IS NOT NULL THEN 1
-                      ELSE least(coalesce((SELECT r.room FROM room r WHERE r.id = s.id),
-                                          %(default_room)s), %(limit)s) END AS want
-    FROM subscription s
-    WHERE s.rate_limit IS NOT NULL AND s.is_active
-      AND (s.breaker_opened_at IS NULL OR s.breaker_probe_at <= {_NOW})  -- as the claim
-      AND EXISTS (SELECT 1 FROM delivery d
-                  WHERE d.subscription_id = s.id AND d.status = 'pending'
-                    AND d.next_attempt_at <= coalesce(%(due_by)s::timestamp, {_NOW})
-                    AND (d.locked_until IS NULL OR d.locked_until <= {_NOW}))
-){_TAKE}"""
 """Rows (subscription id, tokens taken) of every throttled receiver with due
-deliveries; through ``delivery_due_per_subscription``."""
+deliveries (a function of migration 0012, so its plan is kept)."""
 
-TAKE = f"""
-WITH wanted AS (
-    SELECT w.id, w.want FROM unnest(%(ids)s::int[], %(wants)s::int[]) AS w(id, want)
-    JOIN subscription s ON s.id = w.id WHERE s.rate_limit IS NOT NULL
-){_TAKE}"""
+TAKE = "SELECT * FROM plantstore_throttle_take(%(ids)s::int[], %(wants)s::int[])"
 """Rows (subscription id, tokens taken) of those of ``ids`` that are throttled."""
 
-GIVE_BACK = """
-WITH g AS (  -- tokens for a bucket another statement holds are dropped: never waits
-    SELECT s.id, g.n FROM subscription s
-    JOIN unnest(%(ids)s::int[], %(counts)s::int[]) AS g(id, n) ON g.id = s.id
-    WHERE s.rate_limit IS NOT NULL
-    ORDER BY s.id
-    FOR UPDATE OF s SKIP LOCKED
-)
-UPDATE subscription s
-SET throttle_tokens = least(s.rate_limit::float8, coalesce(s.throttle_tokens, s.rate_limit) + g.n)
-FROM g WHERE s.id = g.id
-"""
+GIVE_BACK = "SELECT plantstore_throttle_give_back(%(ids)s::int[], %(counts)s::int[])"
+"""Tokens taken but not spent, back into their buckets."""
 
 
 def limited(rate_limit):
