@@ -1,7 +1,7 @@
 """plantstore: a plant store HTTP service with bearer tokens and webhooks."""
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from . import settings
+from . import encryption, settings
 from .api import Api, App
 from .cli import register_commands
 from .db import init_database
@@ -29,6 +29,7 @@ def create_app(config=None):
     # The body cap holds for chunked bodies too (413, not a truncated body).
     app.request_class = Request
     settings.load(app, config)
+    encryption.init_app(app)
     app.config.update(spec_config())
     init_logging(app)
     # First of the request hooks, so that a request's span covers the others.

@@ -1,7 +1,7 @@
 """The ``plantstore`` command: the operators' commands, and nothing of Flask's.
 
 ``plantstore db``, ``users`` and ``tokens`` live here, the webhook groups in
-``webhooks/cli.py`` and ``webhooks/delivery_cli.py``. Each command runs in
+``webhooks/cli.py``, ``webhooks/delivery_cli.py`` and ``webhooks/keys_cli.py``. Each command runs in
 the app's context, prints what a script needs on stdout and explains a
 failure in one line on stderr with a non-zero exit: 2 for a bad argument, 1
 for anything else (an unusable setting, an unreachable database), never a
@@ -22,6 +22,7 @@ from .models import Token, User
 from .settings import SettingError
 from .webhooks.cli import webhooks_cli
 from .webhooks.delivery_cli import deliveries_cli, worker_cli
+from .webhooks.keys_cli import keys_cli
 
 
 def _find_user(name):
@@ -157,7 +158,8 @@ def tokens_revoke(token_id):
     click.echo(f"revoked token {token_id}")
 
 
-COMMANDS = (db_cli, users_cli, tokens_cli, webhooks_cli, deliveries_cli, worker_cli)
+COMMANDS = (db_cli, users_cli, tokens_cli, webhooks_cli, deliveries_cli, worker_cli,
+            keys_cli)
 
 
 def register_commands(app):

@@ -31,8 +31,9 @@ from gunicorn.http.errors import LimitRequestLine
 from gunicorn.workers.base import Worker
 from prometheus_client import multiprocess
 
-from . import logs, settings, tracing
+from . import encryption, logs, settings, tracing
 from .db import configured_database, database
+from .webhooks import stored_secrets
 from .webhooks.config import web_sender_of
 
 
@@ -211,10 +212,26 @@ def check_configuration():
     """Exit with one line on stderr if a setting (``PLANTSTORE_*``, or an
     ``OTEL_*`` one tracing needs) is unusable (before any fork)."""
     try:
-        configured_database(settings.read())
+        values = settings.read()
+        configured = configured_database(values)
         tracing.check_configuration()
+        check_stored_secrets(values, configured)
     except settings.SettingError as error:
         sys.exit(f"Error: {error}")
+
+
+def check_stored_secrets(values, configured):
+    """Refuse to start (``SettingError``) if a stored webhook secret is one no
+    key of ``PLANTSTORE_ENCRYPTION_KEYS`` opens (see ``stored_secrets``); the
+    master's connection is closed again before any fork. What it logs is
+    JSON already (gunicorn applies ``logconfig`` only after this file)."""
+    logs.configure_process_logging()
+    encryption.use(values["ENCRYPTION_KEYS"])
+    database.initialize(configured)
+    try:
+        stored_secrets.check_at_start()
+    finally:
+        database.close_all()
 
 
 def finish_webhook_attempts(server, worker):

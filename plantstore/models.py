@@ -13,6 +13,7 @@ from peewee import (
     BooleanField,
     CharField,
     DateTimeField,
+    FloatField,
     ForeignKeyField,
     IntegerField,
     Model,
@@ -76,8 +77,10 @@ class Subscription(BaseModel):
     owner = ForeignKeyField(User, backref="subscriptions", null=True,
                             on_delete="CASCADE")
     url = TextField()
+    # The receiver's secrets, each encrypted or plain as stored (see
+    # plantstore/encryption.py); varchar without a length since migration 0013.
     bearer_token = TextField(null=True)
-    secret = CharField(max_length=100)
+    secret = TextField()
     # JSON list of {"secret", "expires_at"}: rotated-out secrets that still
     # sign until their overlap ends (see webhooks/secrets.py); NULL: none.
     retired_secrets = TextField(null=True)
@@ -94,6 +97,11 @@ class Subscription(BaseModel):
     failure_streak = IntegerField(default=0)
     breaker_opened_at = DateTimeField(null=True)
     breaker_probe_at = DateTimeField(null=True)
+    # The throttle (see webhooks/throttle.py): deliveries per second (NULL: no
+    # limit), and its token bucket as of the database's time of its refill.
+    rate_limit = IntegerField(null=True)
+    throttle_tokens = FloatField(null=True)
+    throttle_refilled_at = DateTimeField(null=True)
 
 
 class Delivery(BaseModel):

@@ -14,6 +14,8 @@ import re
 
 import limits
 
+from .encryption import parse_keys
+
 ENV_PREFIX = "PLANTSTORE_"
 _INTEGER = re.compile(r"-?[0-9]+")
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?|-?\.[0-9]+([eE][+-]?[0-9]+)?")
@@ -259,6 +261,10 @@ SETTINGS = (
     Setting("LOG_FORMAT", "auto", text(r"auto|text|json", "`auto`, `text` or `json`"),
             "Log lines: `json` (one object per line), `text` (for a person), or `auto`: "
             "text when stderr is a terminal, JSON otherwise."),
+    Setting("ENCRYPTION_KEYS", "", parse_keys,
+            "Keys from `plantstore keys generate`, comma-separated, that encrypt webhook "
+            "signing secrets and bearer tokens at rest: the first encrypts, all decrypt "
+            "(rotation: docs/operating.md). Empty: they are stored in plain text."),
     Setting("IDEMPOTENCY_TTL_HOURS", 24.0, number(0, 30 * 24, above_minimum=True),
             "Hours an `Idempotency-Key` of `POST /plants` is remembered with its answer."),
 )

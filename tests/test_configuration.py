@@ -36,6 +36,7 @@ def assert_one_line_error(result, *fragments):
     ("PLANTSTORE_DATABASE_POOL_SIZE", "lots"),
     ("PLANTSTORE_TOKEN_PREFIX", "a prefix with spaces"),
     ("PLANTSTORE_LOG_FORMAT", "xml"),
+    ("PLANTSTORE_ENCRYPTION_KEYS", "not-a-fernet-key"),
 ])
 def test_an_unusable_setting_is_one_line_naming_its_variable(variable, value):
     result = run_plantstore("users", "list", env={**PATH, variable: value})

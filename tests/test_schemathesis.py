@@ -45,8 +45,9 @@ NEGATIVE_DATA_REFUSALS = ["400", "401", "403", "404", "405", "406", "409", "413"
 POSITIVE_DATA_ANSWERS = ["2xx", "3xx", "401", "403", "404", "409", "422", "429", "5xx"]
 # A schema-valid webhook URL is still refused (400 naming url) when its host
 # does not resolve or resolves to a non-public address: where a URL points
-# is a fact of DNS at the time, which no schema can express. For that one
-# operation a 400 is an acceptable answer to valid data too.
+# is a fact of DNS at the time, which no schema can express. For the two
+# operations that take a URL (POST /webhooks, PATCH /webhooks/{id}) a 400 is
+# an acceptable answer to valid data too.
 WEBHOOK_REGISTRATION_ANSWERS = [*POSITIVE_DATA_ANSWERS, "400"]
 
 # Schemathesis draws Idempotency-Key values from a tiny pool ("0", "00", ...),
@@ -134,6 +135,12 @@ def write_peer_config(directory, tokens):
         "[[operations]]\n"
         'include-path = "/webhooks"\n'
         'include-method = "POST"\n'
+        "[operations.checks.positive_data_acceptance]\n"
+        f"expected-statuses = {json.dumps(WEBHOOK_REGISTRATION_ANSWERS)}\n"
+        "\n"
+        "[[operations]]\n"
+        'include-path = "/webhooks/{id}"\n'
+        'include-method = "PATCH"\n'
         "[operations.checks.positive_data_acceptance]\n"
         f"expected-statuses = {json.dumps(WEBHOOK_REGISTRATION_ANSWERS)}\n")
     return config

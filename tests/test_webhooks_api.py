@@ -57,7 +57,7 @@ def test_secret_and_bearer_never_appear_after_creation(client, alice):
         assert response.status_code == 200
         assert body["secret"] not in response.text and "very-private" not in response.text
     shown = client.get(f"/webhooks/{body['id']}", headers=bearer(alice)).get_json()
-    assert set(shown) == {"id", "url", "active", "owner", "disabled_at",
+    assert set(shown) == {"id", "url", "active", "owner", "rate_limit", "disabled_at",
                           "disabled_reason", "created_at"}
     assert shown["owner"] == "alice" and shown["created_at"].endswith("Z")
 
@@ -82,6 +82,7 @@ def test_list_shows_the_callers_own_and_an_admin_sees_every_one(client, runner, 
 
 OBJECT_ROUTES = [
     ("get", "/webhooks/{id}", None),
+    ("patch", "/webhooks/{id}", {"rate_limit": 5}),
     ("delete", "/webhooks/{id}", None),
     ("post", "/webhooks/{id}/enable", None),
     ("post", "/webhooks/{id}/rotate-secret", None),
@@ -449,6 +450,8 @@ WEBHOOK_OPERATIONS = {
                                                 "415"}),
     ("/webhooks", "get"): ("webhooks:read", {"200", "401", "403"}),
     ("/webhooks/{id}", "get"): ("webhooks:read", {"200", "400", "401", "403", "404"}),
+    ("/webhooks/{id}", "patch"): ("webhooks:write", {"200", "400", "401", "403", "404", "413",
+                                                      "415"}),
     ("/webhooks/{id}", "delete"): ("webhooks:write", {"204", "400", "401", "403", "404"}),
     ("/webhooks/{id}/enable", "post"): ("webhooks:write",
                                         {"200", "400", "401", "403", "404"}),

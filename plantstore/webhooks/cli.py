@@ -15,8 +15,9 @@ from flask.cli import AppGroup
 from .. import clock
 from ..cli_params import ROW_ID
 from ..db import database
+from ..encryption import seal
 from ..models import Delivery, Subscription
-from . import queue, receivers, secrets, sender, signing
+from . import queue, receivers, secrets, sender, signing, throttle
 from .config import settings_of
 
 TIME = "%Y-%m-%d %H:%M:%S"
@@ -72,22 +73,27 @@ def webhooks_cli():
 @click.argument("url", callback=validate_url)
 @click.option("--bearer", metavar="TOKEN", callback=validate_bearer,
               help="Sent to the receiver as `Authorization: Bearer TOKEN`.")
-def webhooks_add(url, bearer):
+@click.option("--rate-limit", "rate_limit", metavar="N",
+              type=click.IntRange(1, receivers.RATE_LIMIT_MAX),
+              help="Send the receiver at most N deliveries a second (default: no limit).")
+def webhooks_add(url, bearer, rate_limit):
     """Send every new plant to URL; prints {"id", "url", "secret"} as JSON.
 
     The signing secret is shown only this once.
     """
     secret = signing.new_secret()
     with database.atomic():
-        subscription = Subscription.create(url=url, bearer_token=bearer or None,
-                                           secret=secret, created_at=clock.read())
+        subscription = Subscription.create(url=url, bearer_token=seal(bearer or None),
+                                           secret=seal(secret),
+                                           **throttle.limited(rate_limit),
+                                           created_at=clock.read())
     click.echo(json.dumps({"id": subscription.id, "url": url, "secret": secret}))
 
 
 @webhooks_cli.command("list")
 def webhooks_list():
-    """List receivers: id, url, owner, state, bearer, secret rotation (never
-    secrets), circuit breaker."""
+    """List receivers: id, url, owner, state, bearer, rate limit, secret
+    rotation (never secrets), circuit breaker."""
     now = clock.read()  # as the housekeeping judges the overlaps' ends
     for subscription in Subscription.select().order_by(Subscription.id):
         state = ("active" if subscription.is_active
@@ -98,8 +104,10 @@ def webhooks_list():
                     if retired else "one secret")
         owner = subscription.owner.name if subscription.owner_id else "operator"
         bearer = "bearer token" if subscription.bearer_token else "no bearer token"
+        limit = (f"at most {subscription.rate_limit}/s" if subscription.rate_limit
+                 else "no rate limit")
         click.echo(f"{subscription.id}\t{subscription.url}\t{owner}\t{state}\t"
-                   f"{bearer}\t{rotation}\t{_breaker_state(subscription)}")
+                   f"{bearer}\t{limit}\t{rotation}\t{_breaker_state(subscription)}")
 
 
 def _breaker_state(subscription):
@@ -186,6 +194,10 @@ def send_now(delivery_id, failed="failed again"):
         job = queue.take_for_resend(delivery_id, settings)
     except queue.ResendRefused as refused:
         raise click.ClickException(str(refused)) from None
+    if not throttle.admits(job, lambda job: queue.give_back([job])):
+        click.echo(f"delivery {delivery_id} waits for its receiver's rate limit; "
+                   "the workers send it")
+        return
     [outcome] = queue.record([(job, sender.attempt(job, settings))], settings)
     delivery = find_delivery(delivery_id)
     if outcome == "delivered":

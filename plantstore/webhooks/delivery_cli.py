@@ -16,7 +16,7 @@ from .. import tracing
 from ..cli_params import LIST_LIMIT, ROW_ID, days
 from ..fields import UtcTimestamp
 from ..models import Attempt, Delivery
-from . import backlog, queue
+from . import backlog, queue, stored_secrets
 from .cli import find_delivery, find_subscription, send_now, when
 from .config import settings_of
 from .worker import Worker
@@ -170,6 +170,7 @@ def worker_cli(once):
     timeout): no new attempts start, those under way end and are recorded.
     Several workers may run at once against the same database.
     """
+    stored_secrets.check_at_start()  # refuses to start with secrets no key opens
     worker = Worker(settings_of(current_app))
     tracing.start()  # when the OTEL_* variables turn it on
     try:

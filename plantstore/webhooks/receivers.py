@@ -31,6 +31,11 @@ gunicorn). It is the larger of the two limits the command line (4,096) and
 the API (1,000) used to apply.
 """
 
+RATE_LIMIT_MAX = 10_000
+"""The largest ``rate_limit``: 10,000 deliveries a second, past what one
+receiver is ever sent; a limit is a receiver's protection, so any smaller
+whole number of deliveries per second from 1 up is taken."""
+
 BEARER_PATTERN = r"^[A-Za-z0-9\-._~+/]+=*$"
 """RFC 6750's ``b64token``: all that an ``Authorization: Bearer`` header
 may carry, so a receiver can read the token it is sent."""

@@ -11,8 +11,9 @@ from .. import clock
 from ..api import Blueprint, json_response, no_content
 from ..auth import WEBHOOKS_READ, WEBHOOKS_WRITE
 from ..db import database, is_sqlite
+from ..encryption import seal
 from ..models import Attempt, Delivery, Subscription, User
-from . import audience, queue, secrets, signing, ssrf
+from . import audience, queue, secrets, signing, ssrf, throttle
 from .config import settings_of
 from .schemas import (
     ROW_ID_MAX,
@@ -24,6 +25,7 @@ from .schemas import (
     RecoverSchema,
     RotatedSecretSchema,
     SubscriptionSchema,
+    UpdatedSubscriptionSchema,
 )
 
 INTEGER = re.compile(r"-?[0-9]+")
@@ -59,6 +61,16 @@ def _own(raw_id):
     return subscription
 
 
+def _check_reachable(url):
+    """A 400 naming ``url`` unless it leads only where API subscriptions may
+    send (see ``ssrf``)."""
+    settings = settings_of(current_app)
+    refusal = ssrf.check_url(url, ssrf.Policy(settings.allowed_networks,
+                                              settings.connect_timeout))
+    if refusal:
+        abort(400, messages={"json": {"url": [refusal]}})
+
+
 def _active(subscription):
     """``subscription`` if it is active; a 409 saying to enable it otherwise."""
     if not subscription.is_active:
@@ -82,11 +94,7 @@ def create_subscription(new):
     An admin's subscription hears about every plant. 409 when you already
     hold as many subscriptions as the operator allows.
     """
-    settings = settings_of(current_app)
-    refusal = ssrf.check_url(new["url"], ssrf.Policy(settings.allowed_networks,
-                                                     settings.connect_timeout))
-    if refusal:
-        abort(400, messages={"json": {"url": [refusal]}})
+    _check_reachable(new["url"])
     most = current_app.config["WEBHOOK_MAX_PER_USER"]
     with database.atomic():
         if not is_sqlite():  # one create at a time per user, so the cap holds
@@ -95,10 +103,13 @@ def create_subscription(new):
         if held >= most:
             abort(409, message=f"You already hold {held} webhook subscriptions, the "
                                f"most allowed ({most}); delete one first.")
+        secret = signing.new_secret()
         subscription = Subscription.create(owner=g.caller.user_id, url=new["url"],
-                                           bearer_token=new.get("bearer"),
-                                           secret=signing.new_secret(),
+                                           bearer_token=seal(new.get("bearer")),
+                                           secret=seal(secret),
+                                           **throttle.limited(new.get("rate_limit")),
                                            created_at=clock.read())
+    subscription.secret = secret  # shown in plain text this once
     return subscription, 201, {"Location": f"{request.script_root}/webhooks/{subscription.id}"}
 
 
@@ -119,6 +130,38 @@ def list_subscriptions():
 def get_subscription(id):
     """Returns one of your webhook subscriptions."""
     return _own(id)
+
+
+@blp.route("/webhooks/<row_id:id>", methods=["PATCH"])
+@blp.login_required(WEBHOOKS_WRITE)
+@blp.json_body(UpdatedSubscriptionSchema, description="What to change")
+@blp.response(200, SubscriptionSchema, description="The subscription, changed")
+@blp.documents_errors(400, 404)
+@blp.doc(operationId="updateWebhook")
+def update_subscription(changes, id):
+    """Changes a subscription's URL, bearer token or rate limit.
+
+    Fields left out stay as they are; `null` removes the bearer token or the
+    rate limit. A new URL is checked as at registration (400 naming `url`).
+    Its secret, deliveries and their log are kept; deliveries not yet sent
+    go to the new URL with the new token.
+    """
+    subscription = _own(id)
+    if "url" in changes:
+        _check_reachable(changes["url"])
+    values = {}
+    if "url" in changes:
+        values["url"] = changes["url"]
+    if "bearer" in changes:
+        values["bearer_token"] = seal(changes["bearer"])
+    if "rate_limit" in changes:
+        values.update(throttle.limited(changes["rate_limit"]))
+    with database.atomic():
+        changed = (Subscription.update(**values)
+                   .where(Subscription.id == subscription.id).execute())
+    if not changed:  # deleted meanwhile
+        abort(404, message=f"No webhook subscription with id {subscription.id}.")
+    return Subscription.get_by_id(subscription.id)
 
 
 @blp.route("/webhooks/<row_id:id>", methods=["DELETE"])

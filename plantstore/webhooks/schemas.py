@@ -12,6 +12,7 @@ from ..models import Delivery
 from .receivers import (
     BEARER_MAX_LENGTH,
     BEARER_PATTERN,
+    RATE_LIMIT_MAX,
     URL_MAX_LENGTH,
     bearer_problem,
     url_problem,
@@ -31,8 +32,16 @@ def refusing(problem_of):
     return validator
 
 
+def rate_limit_field(description):
+    """A subscription's ``rate_limit``: deliveries per second, or null for none."""
+    return ma.fields.Integer(strict=True, allow_none=True,
+                             validate=validate.Range(1, RATE_LIMIT_MAX), metadata={
+                                 "description": description, "example": 5})
+
+
 class NewSubscriptionSchema(ma.Schema):
-    """A receiver to register: where to POST, and the token it expects."""
+    """A receiver to register: where to POST, the token it expects, and how
+    many deliveries a second it takes."""
 
     class Meta:
         ordered = True
@@ -57,6 +66,33 @@ class NewSubscriptionSchema(ma.Schema):
     }, metadata={
         "description": "Sent to the receiver as `Authorization: Bearer <bearer>`.",
         "pattern": BEARER_PATTERN, "minLength": 1, "maxLength": BEARER_MAX_LENGTH})
+    rate_limit = rate_limit_field(
+        "Most deliveries per second sent to the receiver (first attempts and retries "
+        "together); absent or null: no limit.")
+
+
+class UpdatedSubscriptionSchema(ma.Schema):
+    """What a PATCH changes: any of the URL, the bearer token and the rate
+    limit (null removes a bearer token or a limit); fields left out stay."""
+
+    class Meta:
+        ordered = True
+        unknown = ma.EXCLUDE
+
+    url = Text(validate=refusing(url_problem), metadata={
+        "description": "A new URL, checked as at registration.",
+        "example": "https://hooks.example.com/plantstore",
+        "minLength": 1, "maxLength": URL_MAX_LENGTH})
+    bearer = Text(allow_none=True, validate=refusing(bearer_problem), metadata={
+        "description": "A new token sent as `Authorization: Bearer <bearer>`; null: "
+                       "send none.",
+        "pattern": BEARER_PATTERN, "minLength": 1, "maxLength": BEARER_MAX_LENGTH})
+    rate_limit = rate_limit_field("A new most deliveries per second; null: no limit.")
+
+    @ma.validates_schema
+    def changes_something(self, data, **kwargs):
+        if not data:
+            raise ma.ValidationError("Give at least one of url, bearer and rate_limit.")
 
 
 class SubscriptionSchema(ma.Schema):
@@ -73,6 +109,8 @@ class SubscriptionSchema(ma.Schema):
         allow_none=True, metadata={"type": "string", "description":
                                    "The user who registered it; null for an "
                                    "operator's subscription (hears every plant)."})
+    rate_limit = ma.fields.Integer(allow_none=True, metadata={
+        "description": "Most deliveries per second sent to it; null: no limit."})
     disabled_at = UtcDateTime(allow_none=True)
     disabled_reason = ma.fields.String(allow_none=True, metadata={
         "description": "Why plantstore stopped sending (a 410, or sustained failure)."})

@@ -19,6 +19,7 @@ import json
 
 from .. import clock
 from ..db import database, is_sqlite
+from ..encryption import reveal, seal
 from ..models import Subscription
 from .signing import new_secret
 
@@ -37,13 +38,16 @@ def retired(subscription, now):
 
 def signing_secrets(subscription):
     """The secrets that sign its messages: the current one first, then every
-    one rotated out that it keeps (no clock is read here: see the module)."""
+    one rotated out that it keeps (no clock is read here: see the module),
+    decrypted (``encryption.SecretUnreadable`` if no configured key opens one)."""
     entries = json.loads(subscription.retired_secrets or "[]")
-    return (subscription.secret,) + tuple(entry["secret"] for entry in entries)
+    return tuple(reveal(stored) for stored in
+                 (subscription.secret, *(entry["secret"] for entry in entries)))
 
 
 def _stored(pairs):
-    """(secret, expires_at) pairs as ``retired_secrets`` keeps them (NULL: none)."""
+    """(secret, expires_at) pairs as ``retired_secrets`` keeps them (NULL: none);
+    each secret as it is stored (encrypted or not, see ``plantstore.encryption``)."""
     if not pairs:
         return None
     return json.dumps([{"secret": secret, "expires_at": until.isoformat()}
@@ -97,6 +101,6 @@ def rotate(subscription_id, overlap_hours):
         dropped = max(0, len(kept) - MAX_RETIRED_SECRETS)
         kept = sorted(kept, key=lambda pair: pair[1], reverse=True)[:MAX_RETIRED_SECRETS]
         secret = new_secret()
-        (Subscription.update(secret=secret, retired_secrets=_stored(kept))
+        (Subscription.update(secret=seal(secret), retired_secrets=_stored(kept))
          .where(Subscription.id == subscription_id).execute())
     return Rotation(secret, expires, dropped)

@@ -23,6 +23,7 @@ import time
 import requests
 
 from ..clock import local_now
+from ..encryption import SecretUnreadable, reveal
 from . import attempt_errors, spans, ssrf
 from .deadline import DeadlineAdapter, attempt_deadline
 from .receiver_text import EXCERPT_CHARS, storable
@@ -134,6 +135,10 @@ def attempt(job, settings, context=None):
         started_at, clock = local_now(), time.monotonic()
         try:
             result = send(job, settings)
+        except SecretUnreadable as error:  # a key removed while running: no traceback
+            log.error("delivery %s: not sent: %s", job.delivery_id, error)
+            result = SendResult(started_at, int((time.monotonic() - clock) * 1000),
+                                error=f"not sent: {error}")
         except Exception:
             log.exception("delivery %s: the attempt could not be made", job.delivery_id)
             result = SendResult(started_at, int((time.monotonic() - clock) * 1000),
@@ -152,7 +157,7 @@ def send(job, settings):
         **signature_headers(job.message_id, timestamp, job.payload, job.signing_secrets()),
     }
     if job.bearer_token:
-        headers["Authorization"] = f"Bearer {job.bearer_token}"
+        headers["Authorization"] = f"Bearer {reveal(job.bearer_token)}"
     headers.update(spans.traceparent_header(settings.traceparent_receivers, job.restricted))
     clock = time.monotonic()
 

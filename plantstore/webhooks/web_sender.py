@@ -13,7 +13,7 @@ import threading
 import time
 
 from .. import metrics
-from . import backlog, sender
+from . import backlog, sender, throttle
 from .outcome_writer import OutcomeWriter
 from .slots import Slots
 
@@ -88,7 +88,8 @@ class WebSender:
 
     def _attempt(self, job, context):
         try:
-            attempt_and_put(job, self.settings, self.writer, context)
+            if throttle.admits_stored(job, self.writer.give_back):  # else left to the workers
+                attempt_and_put(job, self.settings, self.writer, context)
         finally:
             self.slots.release(job)
 

@@ -25,7 +25,7 @@ import time
 from .. import clock
 from ..db import database
 from ..maintenance import Maintenance
-from . import queue, spans
+from . import queue, spans, throttle
 from .outcome_writer import OutcomeWriter
 from .slots import Slots
 from .web_sender import FINISH_MARGIN_SECONDS, attempt_and_put
@@ -68,9 +68,12 @@ class Worker:
     def _claim(self, room, due_by):
         self._last_claim = time.monotonic()
         with spans.claim_span() as span:
-            jobs = queue.claim(min(room.free, self.settings.batch_size), self.settings,
-                               room.receiver_default, room.owner_default, room.receivers,
-                               room.owners, due_by=due_by)
+            limit = min(room.free, self.settings.batch_size)
+            caps = throttle.take_for_claim(room, limit, due_by)  # throttled receivers' rooms
+            jobs = queue.claim(limit, self.settings,
+                               room.receiver_default, room.owner_default,
+                               {**room.receivers, **caps}, room.owners, due_by=due_by)
+            jobs = throttle.settle(caps, jobs, self.writer.give_back)
             span.claimed(job.traceparent for job in jobs)
         return jobs
 
