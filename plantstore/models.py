@@ -78,7 +78,7 @@ class Subscription(BaseModel):
                             on_delete="CASCADE")
     url = TextField()
     # The receiver's secrets, each encrypted or plain as stored (see
-    # plantstore/encryption.py); varchar without a length since migration 0013.
+    # plantstore/encryption.py); varchar without a length since migration 0012.
     bearer_token = TextField(null=True)
     secret = TextField()
     # JSON list of {"secret", "expires_at"}: rotated-out secrets that still
@@ -108,7 +108,7 @@ class Delivery(BaseModel):
     """One event for one subscription: the outbox row, written with the plant."""
     PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
 
-    id = BigAutoField()  # 64-bit (migration 0011)
+    id = BigAutoField()  # 64-bit (migration 0013)
     subscription = ForeignKeyField(Subscription, backref="deliveries",
                                    on_delete="CASCADE")
     message_id = CharField(max_length=64, unique=True)  # the webhook-id
@@ -140,7 +140,7 @@ Delivery.add_index(Delivery.index(Delivery.subscription, Delivery.next_attempt_a
 
 class Attempt(BaseModel):
     """One try at sending a delivery, kept for `plantstore deliveries show`."""
-    id = BigAutoField()  # 64-bit (migration 0011)
+    id = BigAutoField()  # 64-bit (migration 0013)
     delivery = ForeignKeyField(Delivery, backref="attempt_log",
                                on_delete="CASCADE")
     started_at = DateTimeField(default=utcnow)
@@ -171,7 +171,7 @@ class IdempotencyKey(BaseModel):
     kept so that hosts still running the release before stay correct during
     a rolling upgrade, and a later release's migration drops it.
     """
-    id = BigAutoField()  # 64-bit (migration 0011)
+    id = BigAutoField()  # 64-bit (migration 0013)
     user = ForeignKeyField(User, on_delete="CASCADE")
     key = CharField(max_length=255)
     fingerprint = CharField(max_length=64)  # SHA-256 of method, path and arguments

@@ -1,5 +1,5 @@
 """64-bit ids: deliveries, attempts and idempotency keys carry on past
-2**31 (migration 0011 on PostgreSQL; SQLite's INTEGER ids are 64-bit), a
+2**31 (migration 0013 on PostgreSQL; SQLite's INTEGER ids are 64-bit), a
 replayed ``Idempotency-Key`` consumes no id, ids running out answer 503
 rather than 500, and ``plantstore db upgrade --expand`` stops before the
 migration that needs every node on this release."""
@@ -85,12 +85,14 @@ def test_ids_running_out_answer_503_never_500(app, client, runner, alice):
 def test_upgrade_expand_stops_before_the_migration_that_needs_every_node(app, runner):
     with database.connection_context():
         migrations = db.migration_runner()
-        migrations.down()  # 0011
-        migrations.down()  # 0010
+        for _ in range(4):  # 0013, 0012, 0011, 0010
+            migrations.down()
     try:
         result = runner.invoke(args=["db", "upgrade", "--expand"])
         assert result.exit_code == 0, result.output
-        assert result.output.split() == ["applied", "0010_engine_v2_functions"]
+        assert result.output.split() == ["applied", "0010_engine_v2_functions",
+                                         "applied", "0011_receiver_throttle",
+                                         "applied", "0012_wider_secrets"]
         if POSTGRES_URL:  # the release before's functions run beside the new ones
             assert _id_type() == "integer"
             for function in ("plantstore_claim", "plantstore_claim_v2"):
@@ -99,7 +101,7 @@ def test_upgrade_expand_stops_before_the_migration_that_needs_every_node(app, ru
     finally:
         result = runner.invoke(args=["db", "upgrade"])
     assert result.exit_code == 0, result.output
-    assert result.output.split() == ["applied", "0011_bigint_ids"]
+    assert result.output.split() == ["applied", "0013_bigint_ids"]
     if POSTGRES_URL:
         assert _id_type() == "bigint"
 

@@ -12,11 +12,11 @@ release calls):
   attempt with no answer and for every attempt written by the release before;
 - the sequences of ``delivery``, ``attempt`` and ``idempotency_key`` as
   bigint (harmless while their columns are still int: a value past 2**31
-  fails the insert either way), ready for 0011;
+  fails the insert either way), ready for 0013;
 - ``plantstore_due_candidates_v2``, ``plantstore_claim_v2``,
   ``plantstore_record_outcomes_v2``, ``plantstore_store_plant_v2``,
   ``plantstore_store_keyed_plant_v2``: their
-  ids typed bigint (cast, so they work before and after 0011), their text
+  ids typed bigint (cast, so they work before and after 0013), their text
   read from the frozen, versioned files in ``migrations/functions/``.
 
 SQLite (one host, no rolling upgrade): only the column; its INTEGER ids

@@ -19,7 +19,7 @@ start, and what refills during them).
   to the queue unsent.
 - A web process sends a create's delivery to a throttled receiver only if a
   token was taken for it (``admits_stored``: on PostgreSQL by the create's
-  own statement, through migration 0012's trigger, so a create costs no
+  own statement, through migration 0011's trigger, so a create costs no
   round trip more); otherwise the delivery goes to the workers unsent.
 
 A limit set or changed starts with an empty bucket (``limited``). A
@@ -41,7 +41,7 @@ SELECT * FROM plantstore_throttle_take_for_claim(
     %(ids)s::int[], %(rooms)s::int[], %(default_room)s, %(limit)s, %(due_by)s::timestamp)
 """
 """Rows (subscription id, tokens taken) of every throttled receiver with due
-deliveries (a function of migration 0012, so its plan is kept)."""
+deliveries (a function of migration 0011, so its plan is kept)."""
 
 TAKE = "SELECT * FROM plantstore_throttle_take(%(ids)s::int[], %(wants)s::int[])"
 """Rows (subscription id, tokens taken) of those of ``ids`` that are throttled."""
@@ -100,13 +100,13 @@ def settle(caps, jobs, give_back):
 
 LEFT_TO_WORKERS = 0
 """The ``lease`` of a job a create stored unleased on PostgreSQL: its
-receiver is throttled and had no token (migration 0012's trigger)."""
+receiver is throttled and had no token (migration 0011's trigger)."""
 
 
 def admits_stored(job, give_back):
     """Whether ``job``, leased to a web process by a create, may be attempted
     now: its receiver is not throttled, or a token was taken for it (on
-    PostgreSQL in the create's statement, by migration 0012's trigger; on
+    PostgreSQL in the create's statement, by migration 0011's trigger; on
     SQLite here). If not, it is handed to ``give_back(job)`` (to the
     workers, unsent)."""
     if is_sqlite():

@@ -7,7 +7,7 @@
 -- (never waiting for them: the next due rows take their place). A
 -- subscription whose breaker is open is leased only if this claim reserves
 -- its next probe (one claim gets it). Ids come back as bigint, before and
--- after the columns become bigint (migration 0011).
+-- after the columns become bigint (migration 0013).
 CREATE FUNCTION plantstore_claim_v2(
     _subscription_ids int[], _shares int[], _due_by timestamp,
     _cooldown float8, _lease_seconds float8)
