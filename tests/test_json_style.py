@@ -64,6 +64,10 @@ def calls(token, subscription_id, receiver_url):
             ("POST", f"{hook}/recover", {**auth, **json_type},
              '{"since": "2026-01-31T09:00:00Z"}'),
             ("POST", f"{hook}/recover", {**auth, **json_type}, '{"since": "yesterday"}')],
+        ("/webhooks/<row_id:id>", "PATCH"): [
+            ("PATCH", hook, {**auth, **json_type}, '{"rate_limit": 5}'),
+            ("PATCH", hook, {**auth, **json_type}, '{"rate_limit": 0}'),
+            ("PATCH", hook, {**auth, **json_type}, "{}")],
         ("/webhooks/<row_id:id>", "DELETE"): [
             ("DELETE", "/webhooks/999", auth, None), ("DELETE", hook, auth, None)],
     }
