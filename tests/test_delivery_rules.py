@@ -136,3 +136,39 @@ def test_a_claims_shares_respect_every_cap(candidates, limit, receiver_room, own
         assert taken <= sum(1 for c in candidates if c[0] == sub)
         per_owner[owner] = per_owner.get(owner, 0) + taken
     assert all(taken <= owner_room for taken in per_owner.values())
+
+
+# --- the throttle ---------------------------------------------------------------
+
+def test_a_bucket_refills_at_its_rate_up_to_its_limit():
+    assert rules.bucket_level(5, 0, 0.5) == 2.5
+    assert rules.bucket_level(5, None, 0) == 5  # never set: full
+    assert rules.bucket_level(5, 1, 3600) == 5  # never more than a second's worth
+    assert rules.bucket_level(5, 2, -10) == 2  # a refill time ahead adds nothing
+
+
+def test_a_take_gets_whole_tokens_and_a_give_back_never_overfills():
+    assert rules.tokens_taken(2.9, 10) == 2
+    assert rules.tokens_taken(4.0, 3) == 3
+    assert rules.tokens_taken(0.99, 1) == 0
+    assert rules.tokens_given_back(5, 1.5, 2) == 3.5
+    assert rules.tokens_given_back(5, 4, 3) == 5
+    assert rules.tokens_given_back(5, None, 1) == 5
+
+
+def test_a_claim_wants_its_room_within_the_limit_or_one_probe():
+    assert rules.claim_tokens_wanted(False, 4, 10) == 4
+    assert rules.claim_tokens_wanted(False, 40, 10) == 10
+    assert rules.claim_tokens_wanted(True, 40, 10) == 1
+
+
+@given(st.integers(1, 1000), st.one_of(st.none(), st.floats(0, 1000)),
+       st.floats(-1e6, 1e6), st.integers(0, 2000))
+def test_a_bucket_never_holds_more_than_its_rate_nor_gives_more_than_it_holds(
+        rate, tokens, seconds, wanted):
+    tokens = None if tokens is None else min(tokens, rate)
+    level = rules.bucket_level(rate, tokens, seconds)
+    assert 0 <= level <= rate
+    taken = rules.tokens_taken(level, wanted)
+    assert 0 <= taken <= min(level, wanted)
+    assert rules.tokens_given_back(rate, level - taken, taken) <= rate

@@ -11,6 +11,7 @@ from plantstore.models import Attempt, Delivery, Subscription, User
 from plantstore.webhooks import rules, store
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.store import JOB_COLUMNS, OutcomeRow
+from plantstore.webhooks.throttle import LEFT_TO_WORKERS
 from plugins.webhooks import store_plants, subscribe
 
 
@@ -168,3 +169,69 @@ def test_a_users_plant_is_heard_by_operators_and_its_owner_only(app, runner, ali
     assert sorted(job.url for job in jobs) == ["http://127.0.0.1:9/operator",
                                                "https://example.com/alice"]
     assert all(job.lease == 1 and job.attempts == 0 for job in jobs)
+
+
+# --- the throttle ---------------------------------------------------------------
+
+def throttle(subscription_id, rate_limit, tokens):
+    """Give a subscription a bucket holding ``tokens`` that refills only in an
+    hour, so what a take gets does not depend on how long the test takes."""
+    Subscription.update(rate_limit=rate_limit, throttle_tokens=tokens,
+                        throttle_refilled_at=clock.after(3600)) \
+        .where(Subscription.id == subscription_id).execute()
+
+
+def test_throttle_take_and_give_back_keep_the_bucket_within_its_limit(backend, two_receivers):
+    first, second = two_receivers
+    throttle(first, 5, 3)
+    assert backend.throttle_take({first: 100, second: 100}) == {first: 3}  # second: no limit
+    assert backend.throttle_take({first: 1}) == {first: 0}
+    backend.throttle_give_back({first: 2})
+    assert backend.throttle_take({first: 1}) == {first: 1}
+    backend.throttle_give_back({first: 100, second: 100})  # at most a full bucket
+    assert Subscription.get_by_id(first).throttle_tokens == 5
+    assert Subscription.get_by_id(second).throttle_tokens is None
+    assert backend.throttle_take({second: 1}) == {}
+
+
+def test_a_full_bucket_refills_no_further_than_its_limit(backend, two_receivers):
+    first, _ = two_receivers
+    Subscription.update(rate_limit=4, throttle_tokens=1,
+                        throttle_refilled_at=clock.before(3600)) \
+        .where(Subscription.id == first).execute()
+    assert backend.throttle_take({first: 100}) == {first: 4}
+
+
+def test_throttle_take_for_claim_takes_what_the_claim_could_give(app, backend, two_receivers):
+    first, second = two_receivers
+    throttle(first, 10, 10)
+    throttle(second, 10, 10)
+    # first: its room (2) from the default; second: its own room (5) cut to the limit (4)
+    assert backend.throttle_take_for_claim({second: 5}, 2, 4, None) == {first: 2, second: 4}
+    # an open breaker's probe wants one token, only once the probe is due
+    Subscription.update(breaker_opened_at=clock.before(60), breaker_probe_at=clock.after(60)) \
+        .where(Subscription.id == first).execute()
+    assert backend.throttle_take_for_claim({}, 2, 4, None) == {second: 2}
+    Subscription.update(breaker_probe_at=clock.before(1)).where(Subscription.id == first).execute()
+    assert backend.throttle_take_for_claim({}, 2, 4, None) == {first: 1, second: 2}
+    # a receiver with no due, unleased delivery takes nothing
+    lease_all(backend, settings_of(app), {second: 3})
+    assert backend.throttle_take_for_claim({}, 2, 4, None) == {first: 1}
+
+
+def test_an_insert_leased_to_a_web_process_takes_its_token_where_the_store_says_so(
+        backend, two_receivers):
+    first, second = two_receivers
+    throttle(first, 5, 1)
+    with_token = backend.insert_delivery(first, "plant.test", "{}", 30)
+    without = backend.insert_delivery(first, "plant.test", "{}", 30)
+    free = backend.insert_delivery(second, "plant.test", "{}", 30)
+    leases = {row["delivery_id"]: row["lease"]
+              for row in backend.jobs_of([with_token, without, free])}
+    if backend.TAKES_TOKEN_AT_INSERT:
+        assert leases == {with_token: 1, without: LEFT_TO_WORKERS, free: 1}
+        assert Delivery.get_by_id(without).locked_until is None
+        assert Subscription.get_by_id(first).throttle_tokens == 0
+    else:  # the web process takes it (throttle.admits): the insert leaves the bucket
+        assert leases == {with_token: 1, without: 1, free: 1}
+        assert Subscription.get_by_id(first).throttle_tokens == 1

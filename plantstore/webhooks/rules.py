@@ -23,6 +23,11 @@ Pure functions, no database access (as svix's ``calculate_retry_delay``):
 - **fair claim**: how many due deliveries each subscription gets from one
   claim (``fair_shares``): a few per subscription, its owner taking turns
   with the other owners, one (the probe) while its breaker is open.
+- **throttle**: a receiver's token bucket (``webhooks/throttle.py``): how
+  full it is now (``bucket_level``), what a take gets (``tokens_taken``),
+  what a give-back leaves (``tokens_given_back``), what a claim asks for
+  (``claim_tokens_wanted``). SQLite's store calls them; PostgreSQL's
+  functions (migration 0011) apply the same rules in their statements.
 """
 import collections
 import dataclasses
@@ -210,3 +215,30 @@ def fair_shares(candidates, limit, receiver_room, owner_room, rooms=None, owner_
                      in enumerate(entries[:owner_rooms.get(owner_key, owner_room)]))
     turns.sort()
     return collections.Counter(subscription_id for _, _, subscription_id in turns[:limit])
+
+
+# --- the throttle ---------------------------------------------------------------
+
+def bucket_level(rate, tokens, seconds_since_refill):
+    """A throttled receiver's tokens now: what its bucket held (``tokens``;
+    None: full), refilled at ``rate`` a second since, at most ``rate``."""
+    held = rate if tokens is None else tokens
+    return min(float(rate), held + rate * max(0.0, seconds_since_refill))
+
+
+def tokens_taken(level, wanted):
+    """How many whole tokens a take of ``wanted`` gets from a bucket at ``level``."""
+    return min(int(level), wanted)
+
+
+def tokens_given_back(rate, tokens, count):
+    """A bucket's tokens after ``count`` taken but not spent are put back:
+    at most ``rate`` (a full bucket)."""
+    return min(float(rate), (rate if tokens is None else tokens) + count)
+
+
+def claim_tokens_wanted(breaker_open, room, limit):
+    """The tokens a claim takes for a throttled receiver: at most what it
+    could give it (its ``room``, at most the claim's ``limit``; one, the
+    probe, while its breaker is open)."""
+    return 1 if breaker_open else min(room, limit)

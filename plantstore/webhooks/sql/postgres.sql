@@ -112,3 +112,17 @@ DELETE FROM attempt WHERE delivery_id = ANY(%(ids)s::bigint[])
 DELETE FROM delivery
 WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('delivered', 'failed')
   AND created_at < (now() AT TIME ZONE 'UTC') - %(days)s * interval '1 day'
+
+-- --- the throttle (webhooks/throttle.py): functions of migration 0011 --------
+
+-- name: throttle_take_for_claim
+-- (subscription_id, tokens) of every throttled receiver with due deliveries.
+SELECT * FROM plantstore_throttle_take_for_claim_v1(
+    %(ids)s::int[], %(rooms)s::int[], %(default_room)s, %(limit)s, %(due_by)s::timestamp)
+
+-- name: throttle_take
+-- (subscription_id, tokens) of those of %(ids)s that are throttled.
+SELECT * FROM plantstore_throttle_take_v1(%(ids)s::int[], %(wants)s::int[])
+
+-- name: throttle_give_back
+SELECT plantstore_throttle_give_back_v1(%(ids)s::int[], %(counts)s::int[])

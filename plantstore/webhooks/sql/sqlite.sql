@@ -127,3 +127,32 @@ DELETE FROM attempt WHERE delivery_id IN (SELECT value FROM json_each(:ids))
 DELETE FROM delivery
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('delivered', 'failed')
   AND created_at < :cutoff
+
+-- --- the throttle (webhooks/throttle.py) ------------------------------------
+-- The bucket's arithmetic is webhooks/rules.py's, in the store: these only
+-- read and write buckets.
+
+-- name: throttle_due_receivers
+-- The throttled, active receivers with due, unleased deliveries that a claim
+-- may take (an open breaker's once its probe is due).
+SELECT s.id AS subscription_id, s.breaker_opened_at IS NOT NULL AS breaker_open
+FROM subscription s
+WHERE s.rate_limit IS NOT NULL AND s.is_active
+  AND (s.breaker_opened_at IS NULL OR s.breaker_probe_at <= :now)
+  AND EXISTS (SELECT 1 FROM delivery d
+              WHERE d.subscription_id = s.id AND d.status = 'pending'
+                AND d.next_attempt_at <= :due_by
+                AND (d.locked_until IS NULL OR d.locked_until <= :now))
+
+-- name: throttle_buckets
+-- The buckets of those of :ids that are throttled.
+SELECT id AS subscription_id, rate_limit, throttle_tokens, throttle_refilled_at
+FROM subscription
+WHERE id IN (SELECT value FROM json_each(:ids)) AND rate_limit IS NOT NULL
+
+-- name: throttle_spend
+UPDATE subscription SET throttle_tokens = :tokens, throttle_refilled_at = :refilled_at
+WHERE id = :subscription_id
+
+-- name: throttle_put_back
+UPDATE subscription SET throttle_tokens = :tokens WHERE id = :subscription_id

@@ -44,6 +44,12 @@ class OutcomeRow:
 class DeliveryStore(Protocol):
     """What a backend's store does (each module implements these functions)."""
 
+    TAKES_TOKEN_AT_INSERT: bool
+    """Whether ``insert``ing a create's delivery leased to its web process
+    takes its throttled receiver's token (PostgreSQL, by migration 0011's
+    trigger: stored unleased with ``lease`` 0 when there was none); if not,
+    the web process takes it itself (``throttle.admits``)."""
+
     def claim_transaction(self):
         """A context in which a claim's reads and leases run (SQLite: one
         write transaction; PostgreSQL: none, its lease re-checks each row)."""
@@ -99,6 +105,24 @@ class DeliveryStore(Protocol):
     def purge_batch(self, older_than_days, limit):
         """Delete up to ``limit`` finished deliveries older than that, with
         their attempts; how many."""
+
+    # The throttle (``webhooks/throttle.py``): a token bucket on each
+    # throttled subscription's row, refilled and taken by ``rules``' bucket
+    # rule on the database's clock, never waiting for a bucket another
+    # statement holds (that bucket gives no token, or takes none back).
+
+    def throttle_take_for_claim(self, rooms, default_room, limit, due_by):
+        """Take the tokens for a claim: {subscription id: tokens taken} of
+        every throttled, active receiver with due, unleased deliveries the
+        claim may take, each wanting ``rules.claim_tokens_wanted`` (its
+        room: ``rooms.get(id, default_room)``)."""
+
+    def throttle_take(self, wants):
+        """Take tokens: {subscription id: tokens wanted} → {id: tokens taken}
+        of those that are throttled (the others are absent: no limit)."""
+
+    def throttle_give_back(self, unused):
+        """Put back tokens taken but not spent: {subscription id: count > 0}."""
 
 
 def current():

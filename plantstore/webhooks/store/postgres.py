@@ -8,7 +8,9 @@ A claim is two statements: ``due_candidates`` (read), then, once
 ``rules.fair_shares`` has chosen, ``plantstore_claim_v2``, which locks each
 subscription's share ``FOR UPDATE SKIP LOCKED`` and re-checks every row,
 so two claims racing each other never lease a row twice and the one that
-loses takes the next due rows instead.
+loses takes the next due rows instead. The throttle's buckets are refilled
+and taken by ``plantstore_throttle_take_v1`` (migration 0011), a create's
+token by that migration's trigger, in the create's own statement.
 """
 import contextlib
 import os
@@ -16,6 +18,8 @@ import os
 from ...named_sql import Queries
 from ..rules import BreakerState
 from . import new_message_id
+
+TAKES_TOKEN_AT_INSERT = True  # migration 0011's trigger: lease 0 when it had none
 
 QUERIES = Queries(os.path.join(os.path.dirname(__file__), os.pardir, "sql", "postgres.sql"))
 
@@ -116,3 +120,20 @@ def purge_batch(older_than_days, limit):
         return 0
     QUERIES.execute("purge_attempts", {"ids": ids})
     return QUERIES.execute("purge_deliveries", {"ids": ids, "days": older_than_days}).rowcount
+
+
+def throttle_take_for_claim(rooms, default_room, limit, due_by):
+    return {row["subscription_id"]: row["tokens"] for row in QUERIES.rows(
+        "throttle_take_for_claim", {"ids": list(rooms), "rooms": list(rooms.values()),
+                                    "default_room": default_room, "limit": limit,
+                                    "due_by": due_by})}
+
+
+def throttle_take(wants):
+    return {row["subscription_id"]: row["tokens"] for row in QUERIES.rows(
+        "throttle_take", {"ids": list(wants), "wants": list(wants.values())})}
+
+
+def throttle_give_back(unused):
+    QUERIES.execute("throttle_give_back", {"ids": list(unused),
+                                           "counts": list(unused.values())})

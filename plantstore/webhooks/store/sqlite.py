@@ -6,16 +6,21 @@ transaction (``BEGIN IMMEDIATE``, taken in turns: see ``db.py``), so no
 other claim runs meanwhile and nothing needs skipping; a breaker's state is
 read in the outcome batch's transaction, which no other writer can enter.
 Times are the process's clock (the host's: see ``clock.py``), passed in.
-Its statements are the named queries of ``webhooks/sql/sqlite.sql``.
+Its statements are the named queries of ``webhooks/sql/sqlite.sql``; the
+throttle's buckets are refilled and taken by ``rules``' bucket rule, here.
 """
+import datetime
 import json
 import os
 
 from ... import clock
 from ...db import database
 from ...named_sql import Queries
+from .. import rules
 from ..rules import BreakerState
 from . import new_message_id
+
+TAKES_TOKEN_AT_INSERT = False  # a web process takes its token itself (throttle.admits)
 
 QUERIES = Queries(os.path.join(os.path.dirname(__file__), os.pardir, "sql", "sqlite.sql"))
 
@@ -167,3 +172,52 @@ def purge_batch(older_than_days, limit):
         QUERIES.execute("purge_attempts", {"ids": json.dumps(ids)})
         return QUERIES.execute("purge_deliveries", {"ids": json.dumps(ids),
                                                     "cutoff": cutoff}).rowcount
+
+
+def throttle_take_for_claim(rooms, default_room, limit, due_by):
+    now = clock.now()
+    wants = {row["subscription_id"]: rules.claim_tokens_wanted(
+                 row["breaker_open"], rooms.get(row["subscription_id"], default_room), limit)
+             for row in QUERIES.rows("throttle_due_receivers",
+                                     {"now": now, "due_by": due_by or now})}
+    return _take_throttled(wants) if wants else {}
+
+
+def throttle_take(wants):
+    if not QUERIES.rows("throttle_buckets", {"ids": json.dumps(list(wants))}):
+        return {}  # none throttled: no write transaction
+    return _take_throttled(wants)
+
+
+def _take_throttled(wants):
+    """Take tokens for those of ``wants`` that are throttled, by ``rules``'
+    bucket (one host: the process's clock is the host's)."""
+    taken = {}
+    with database.atomic():
+        now = clock.now()
+        for bucket in QUERIES.rows("throttle_buckets", {"ids": json.dumps(list(wants))}):
+            subscription_id = bucket["subscription_id"]
+            refilled_at = _stored_time(bucket["throttle_refilled_at"]) or now
+            level = rules.bucket_level(bucket["rate_limit"], bucket["throttle_tokens"],
+                                       (now - refilled_at).total_seconds())
+            taken[subscription_id] = n = rules.tokens_taken(level, wants[subscription_id])
+            if n:
+                QUERIES.execute("throttle_spend", {
+                    "subscription_id": subscription_id, "tokens": level - n,
+                    "refilled_at": max(refilled_at, now)})
+    return taken
+
+
+def throttle_give_back(unused):
+    with database.atomic():
+        for bucket in QUERIES.rows("throttle_buckets", {"ids": json.dumps(list(unused))}):
+            QUERIES.execute("throttle_put_back", {
+                "subscription_id": bucket["subscription_id"],
+                "tokens": rules.tokens_given_back(bucket["rate_limit"],
+                                                  bucket["throttle_tokens"],
+                                                  unused[bucket["subscription_id"]])})
+
+
+def _stored_time(text):
+    """A time as SQLite holds it (text), read back; None stays None."""
+    return None if text is None else datetime.datetime.fromisoformat(text)
