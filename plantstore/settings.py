@@ -115,7 +115,8 @@ SETTINGS = (
             "process that leaves deliveries to the workers warns in its log (at most "
             "once a minute): no worker is running, or none keeps up."),
     Setting("WORKER_POLL_INTERVAL", 1.0, number(0, HOUR, above_minimum=True),
-            "Seconds a webhook worker sleeps between polls when nothing is due."),
+            "Most seconds a webhook worker sleeps between polls when nothing is due (a "
+            "random 75-100 % of it, so workers started together do not poll in step)."),
     Setting("WORKER_CLAIM_COOLDOWN", 0.005, number(0, 10),
             "Least seconds between two claims of one webhook worker: slots freed "
             "meanwhile are filled by the next claim together (0: claim as each frees)."),

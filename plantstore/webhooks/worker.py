@@ -19,6 +19,7 @@ runs the housekeeping tasks (``maintenance``).
 import collections
 import concurrent.futures
 import logging
+import random
 import threading
 import time
 
@@ -35,6 +36,15 @@ log = logging.getLogger(__name__)
 WAKE_SECONDS = 0.25
 """Longest the claiming loop waits for an attempt to end before it looks
 again (for a stop, and for deliveries that came due)."""
+
+
+def idle_wait(poll_interval):
+    """How long an idle worker sleeps before it polls again: a random 75 to
+    100 % of ``poll_interval``. Workers started together would otherwise poll
+    in step, and the one whose poll comes first after a delivery falls due
+    would take nearly every one of them; never longer than the interval, so
+    a due delivery still waits at most that long."""
+    return poll_interval * random.uniform(0.75, 1.0)
 
 
 class Worker:
@@ -121,7 +131,7 @@ class Worker:
             elif until_idle:
                 return
             else:
-                self.stopping.wait(self.settings.poll_interval)
+                self.stopping.wait(idle_wait(self.settings.poll_interval))
 
     def _finish(self):
         """Wait for attempts under way (they end by their deadline) and their outcomes."""
