@@ -182,7 +182,7 @@ def send(job, settings):
                               error=attempt_errors.timed_out(error, settings))
         except requests.RequestException as error:
             if not attempt.cut:
-                return SendResult(started_at, elapsed_ms(), error=_describe(error))
+                return SendResult(started_at, elapsed_ms(), error=attempt_errors.describe(error))
         if attempt.cut:  # whatever was parsed of a cut-off answer is not an answer
             return SendResult(started_at, elapsed_ms(),
                               error=attempt_errors.cut_off(settings))
@@ -198,9 +198,3 @@ def send(job, settings):
             detail = storable(f"redirect to {storable(location)} not followed")
     return SendResult(started_at, elapsed_ms(), status_code=status, error=detail,
                       retry_after=retry_after, response_body=excerpt)
-
-
-def _describe(error):
-    """A one-line account of a connection-level failure, in the user's words
-    (``connection refused``; see ``attempt_errors``)."""
-    return attempt_errors.describe(error)
