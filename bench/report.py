@@ -190,21 +190,36 @@ def _fair(fair):
 
 
 def _worker(worker):
-    """Deliveries per second drained by one and two workers, and their CPU per delivery."""
+    """Deliveries per second drained by one and two workers, and their CPU
+    per delivery; beside another release's when one was measured."""
+    drains, against = worker["drains"], worker["against"]
     lines = ["## The worker's drain rate", "",
              "Deliveries due at once to a fast keep-alive receiver on loopback "
              "(`bench/receiver.py`), drained by `plantstore worker` processes; counted "
              "from the first delivery to the last, as is the workers' CPU (user + "
-             "system, from `/proc`) per delivery.", "",
-             "| database | 1 worker | 2 workers | 2 / 1 | CPU µs/delivery, 1 worker "
-             "| 2 workers |", "|---|---|---|---|---|---|"]
-    for backend in dict.fromkeys(backend for backend, _ in worker):
-        one, two = worker[(backend, 1)], worker[(backend, 2)]
-        lines.append(f"| {backend} | {one['rate']:,.0f}/s | {two['rate']:,.0f}/s "
-                     f"| {two['rate'] / one['rate']:.2f}x | {one['cpu_us']:,.0f} "
-                     f"| {two['cpu_us']:,.0f} |")
-    if ("PostgreSQL", 1) in worker:
-        one, two = worker[("PostgreSQL", 1)]["rate"], worker[("PostgreSQL", 2)]["rate"]
+             "system, from `/proc`) per delivery; medians of "
+             f"{worker['rounds']} run(s).", ""]
+    if against:
+        lines += [f"Beside {against}, run in turn on the same receiver; the ratio is "
+                  "the median of paired ratios of rate.", "",
+                  "| database | workers | this | against | this / against "
+                  "| CPU µs/delivery, this | against |", "|---|---|---|---|---|---|---|"]
+        for (backend, workers), drain in drains.items():
+            this, other = drain["this"], drain["against"]
+            lines.append(f"| {backend} | {workers} | {this['rate']:,.0f}/s "
+                         f"| {other['rate']:,.0f}/s | {drain['ratio']:.2f}x "
+                         f"| {this['cpu_us']:,.0f} | {other['cpu_us']:,.0f} |")
+    else:
+        lines += ["| database | 1 worker | 2 workers | 2 / 1 | CPU µs/delivery, 1 worker "
+                  "| 2 workers |", "|---|---|---|---|---|---|"]
+        for backend in dict.fromkeys(backend for backend, _ in drains):
+            one, two = drains[(backend, 1)]["this"], drains[(backend, 2)]["this"]
+            lines.append(f"| {backend} | {one['rate']:,.0f}/s | {two['rate']:,.0f}/s "
+                         f"| {two['rate'] / one['rate']:.2f}x | {one['cpu_us']:,.0f} "
+                         f"| {two['cpu_us']:,.0f} |")
+    if ("PostgreSQL", 1) in drains:
+        one = drains[("PostgreSQL", 1)]["this"]["rate"]
+        two = drains[("PostgreSQL", 2)]["this"]["rate"]
         lines += ["", f"PostgreSQL, one worker >= {WORKER_TARGET}/s: "
                   f"{_verdict(one >= WORKER_TARGET)}; two >= {TWO_WORKERS_TARGET}x one: "
                   f"{_verdict(two >= TWO_WORKERS_TARGET * one)}."]

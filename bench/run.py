@@ -47,6 +47,11 @@ Environment:
   BENCH_FAIR_SECONDS    seconds of the fair-delivery load (default 20; see
                         bench/fairness.py)
   BENCH_WORKER_DELIVERIES  deliveries each drain-rate run starts with (5000)
+  BENCH_WORKER_AGAINST  another working tree (a git worktree of an earlier
+                        commit) whose worker is drained in turn with this
+                        one's, side by side in the report
+  BENCH_WORKER_ROUNDS   drain runs per worker count and code (default 1,
+                        3 with BENCH_WORKER_AGAINST); medians are reported
 """
 import http.server
 import os
@@ -527,8 +532,11 @@ def measure_webhooks(runner, workdir, rounds, started, only, backends):
         results["fuse"] = webhooks.measure_fuse(runner, workdir, started, VENV_BIN,
                                                 env_int("BENCH_FUSE_SECONDS", 15))
     if only in (None, "worker"):
+        against = os.environ.get("BENCH_WORKER_AGAINST")
         results["worker"] = webhooks.measure_worker(
-            VENV_BIN, env_int("BENCH_WORKER_DELIVERIES", 5000), backends)
+            VENV_BIN, env_int("BENCH_WORKER_DELIVERIES", 5000), backends,
+            against=Path(against).expanduser().resolve() if against else None,
+            rounds=env_int("BENCH_WORKER_ROUNDS", 3 if against else 1))
     if only in (None, "fair"):
         results["fair"] = {
             backend.name: fairness.measure_fairness(

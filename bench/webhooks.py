@@ -10,7 +10,10 @@ have been delivered (the receiver counts distinct webhook-ids).
 The worker: BENCH_WORKER_DELIVERIES (5,000) deliveries due at once to a fast
 keep-alive receiver, drained by one and by two ``plantstore worker``
 processes, on each backend BENCH_DATABASE names (throwaway databases, see
-databases.py). The rate is counted from the first delivery to the last
+databases.py), BENCH_WORKER_ROUNDS times; with BENCH_WORKER_AGAINST (another
+working tree, e.g. a ``git worktree`` of an earlier release) that tree's
+worker is run in turn with this one's on the same receiver, each on a
+database in its own schema (bench/worker_queue.py). The rate is counted from the first delivery to the last
 (process start-up excluded), and so is the workers' CPU per delivery (user +
 system time of their processes, from /proc: see cpu.py), the steadier figure
 on a shared machine.
@@ -31,6 +34,7 @@ import seed
 import servers
 
 RECEIVER = Path(__file__).with_name("receiver.py")
+QUEUE = Path(__file__).with_name("worker_queue.py")
 # The bench's processes see each other's breakers quickly; everything else
 # is the defaults.
 ENV = {"PLANTSTORE_WEBHOOK_BREAKER_COOLDOWN": "1", "PLANTSTORE_WORKER_POLL_INTERVAL": "0.2"}
@@ -163,75 +167,105 @@ def _cpu_seconds(processes):
     return sum(cpu.tree_cpu_seconds(process.pid) for process in processes)
 
 
-def _queue(url, receiver_url, count):
-    """One subscription and ``count`` deliveries due now."""
-    from plantstore import create_app
-    from plantstore.db import database
-    from plantstore.models import Delivery, Subscription, utcnow
-    create_app({"DATABASE_URL": url})
-    with database.connection_context(), database.atomic():
-        subscription = Subscription.create(url=receiver_url, secret="whsec_" + "A" * 44)
-        now = utcnow()
-        rows = [{"subscription": subscription.id, "message_id": f"msg_bench{i}",
-                 "event_type": "plant.created", "payload": f'{{"id": {i}, "name": "fern"}}',
-                 "next_attempt_at": now} for i in range(count)]
-        for start in range(0, count, 1000):
-            Delivery.insert_many(rows[start:start + 1000]).execute()
-    with database.connection_context():
-        database.execute_sql("ANALYZE")  # as autovacuum would, in time (see seed.py)
-    database.close_all()
+class WorkerCode:
+    """The plantstore whose worker is measured: this checkout's, or another
+    working tree's (``checkout``: its package first on PYTHONPATH, the
+    libraries of this virtualenv)."""
+
+    def __init__(self, venv_bin, checkout=None):
+        self.python = str(venv_bin / "python")
+        self.checkout = checkout
+        self.name = f"{checkout.name} ({_commit(checkout)})" if checkout else "this checkout"
+
+    def env(self, url):
+        env = {**os.environ, **ENV, "PLANTSTORE_DATABASE_URL": url}
+        if self.checkout:
+            env["PYTHONPATH"] = str(self.checkout)
+        return env
+
+    def queue(self, url, receiver_url, count):
+        """A fresh database with ``count`` deliveries due, in this code's schema."""
+        subprocess.run([self.python, str(QUEUE), url, receiver_url, str(count)],
+                       env=self.env(url), cwd=self.checkout, check=True, timeout=300)
+
+    def start_worker(self, url):
+        """``plantstore worker`` of this code (``python -c`` puts the working
+        directory first on the path: it is the checkout's)."""
+        return subprocess.Popen(
+            [self.python, "-c", "from plantstore.cli import main; main()", "worker"],
+            env=self.env(url), cwd=self.checkout, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _delivered(url):
-    from plantstore.db import database
-    from plantstore.models import Delivery
-    with database.connection_context():
-        return Delivery.select().where(Delivery.status == Delivery.DELIVERED).count()
+def _commit(checkout):
+    return subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip() or "?"
 
 
-def measure_worker(venv_bin, count, backends):
+def _drain_once(code, url, receiver_url, count, workers):
+    """Drain ``count`` deliveries with ``workers`` workers of ``code``:
+    (deliveries/s, worker CPU µs per delivery), from the first delivery to
+    the last."""
+    from playhouse.db_url import connect
+    code.queue(url, receiver_url, count)
+    counter = connect(url)
+    processes = [code.start_worker(url) for _ in range(workers)]
+    first = last = None
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            done = counter.execute_sql(
+                "SELECT count(*) FROM delivery WHERE status = 'delivered'").fetchone()[0]
+            if done and first is None:
+                first = (time.monotonic(), done, _cpu_seconds(processes))
+            if done >= count:
+                last = (time.monotonic(), _cpu_seconds(processes))
+                break
+            time.sleep(0.02)
+    finally:
+        for process in processes:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=60)
+        counter.close()
+    if not last:
+        return float("nan"), float("nan")
+    drained = count - first[1]
+    return drained / (last[0] - first[0]), (last[1] - first[2]) / drained * 1e6
+
+
+def measure_worker(venv_bin, count, backends, against=None, rounds=1):
     """Deliveries per second and the workers' CPU µs per delivery, drained
     by 1 and 2 workers, per backend (``databases`` backends, each making a
-    fresh database per run)."""
-    from plantstore import create_app
-    results = {}
+    fresh database per run), ``rounds`` times, medians. With ``against``
+    (another working tree) its worker is run too, alternating with this
+    one's, and ``ratio`` is the median of the paired ratios of rate,
+    this / against."""
+    codes = [WorkerCode(venv_bin)] + ([WorkerCode(venv_bin, against)] if against else [])
+    drains = {}
     port = servers.free_port()
     receiver = Receiver(port)
     try:
         for database in backends:
             backend = {"sqlite": "SQLite", "postgres": "PostgreSQL"}[database.name]
             for workers in (1, 2):
-                url = database.url(f"worker-{workers}")
-                seed.seed_plantstore(url, 0)
-                _queue(url, receiver.url, count)
-                create_app({"DATABASE_URL": url})
-                env = {**os.environ, **ENV, "PLANTSTORE_DATABASE_URL": url}
-                processes = [subprocess.Popen([str(venv_bin / "plantstore"), "worker"],
-                                              env=env, start_new_session=True,
-                                              stdout=subprocess.DEVNULL,
-                                              stderr=subprocess.DEVNULL)
-                             for _ in range(workers)]
-                first = last = None
-                deadline = time.monotonic() + 300
-                try:
-                    while time.monotonic() < deadline:
-                        done = _delivered(url)
-                        if done and first is None:
-                            first = (time.monotonic(), done, _cpu_seconds(processes))
-                        if done >= count:
-                            last = (time.monotonic(), _cpu_seconds(processes))
-                            break
-                        time.sleep(0.02)
-                finally:
-                    for process in processes:
-                        os.killpg(process.pid, signal.SIGTERM)
-                        process.wait(timeout=60)
-                drained = count - first[1]
-                rate = drained / (last[0] - first[0]) if last else float("nan")
-                cpu_us = (last[1] - first[2]) / drained * 1e6 if last else float("nan")
-                results[(backend, workers)] = {"rate": rate, "cpu_us": cpu_us}
-                print(f"worker drain {backend}, {workers} worker(s): {rate:,.0f} "
-                      f"deliveries/s, {cpu_us:,.0f} µs CPU per delivery", flush=True)
+                runs = {code.name: [] for code in codes}
+                for round_ in range(rounds):
+                    for index, code in enumerate(codes[::-1] if round_ % 2 else codes):
+                        url = database.url(f"worker-{workers}-{round_}-{index}")
+                        rate, cpu_us = _drain_once(code, url, receiver.url, count, workers)
+                        runs[code.name].append((rate, cpu_us))
+                        print(f"worker drain {backend}, {workers} worker(s), {code.name}: "
+                              f"{rate:,.0f} deliveries/s, {cpu_us:,.0f} µs CPU per delivery",
+                              flush=True)
+                drains[(backend, workers)] = {
+                    role: {"rate": statistics.median(r for r, _ in runs[code.name]),
+                           "cpu_us": statistics.median(c for _, c in runs[code.name])}
+                    for role, code in zip(("this", "against"), codes)}
+                if against:
+                    this, other = (runs[code.name] for code in codes)
+                    drains[(backend, workers)]["ratio"] = statistics.median(
+                        a[0] / b[0] for a, b in zip(this, other))
     finally:
         receiver.stop()
-    return results
+    return {"against": codes[1].name if against else None, "rounds": rounds,
+            "drains": drains}

@@ -3,6 +3,7 @@ poison, and a bounded backlog the worker waits on before it claims more."""
 import threading
 
 from plantstore import clock
+from plantstore.db import database, is_sqlite
 from plantstore.models import Attempt, Delivery
 from plantstore.webhooks import outcome_writer, queue
 from plantstore.webhooks.config import settings_of
@@ -22,7 +23,14 @@ def test_a_row_the_database_refuses_is_failed_alone_and_the_others_are_written(
     settings = settings_of(app)
     delivered, retried, poisoned = store_plants(app, [1, 2, 3])
     writer = OutcomeWriter(settings)
-    # a duration no integer column holds: the driver or the database refuses the row
+    # a duration no integer column holds: PostgreSQL refuses the row; SQLite,
+    # which would store it as a real number, is made to refuse it too
+    if is_sqlite():
+        with database.connection_context():
+            database.execute_sql(
+                "CREATE TRIGGER refuse_huge_durations BEFORE INSERT ON attempt "
+                "WHEN NEW.duration_ms > 9223372036854775807 "
+                "BEGIN SELECT RAISE(ABORT, 'duration out of range'); END")
     for job, result in ((delivered, answered(200)), (poisoned, answered(500, 2**70)),
                         (retried, answered(500))):
         writer.put(job, result)

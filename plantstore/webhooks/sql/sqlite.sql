@@ -59,15 +59,22 @@ SELECT id AS subscription_id, failure_streak, breaker_opened_at IS NOT NULL AS b
 FROM subscription WHERE id IN (SELECT value FROM json_each(:ids))
 
 -- name: move_on
--- One outcome, written only under the lease its sender held.
-UPDATE delivery SET status = :status, attempts = attempts + 1, last_error = :last_error,
-    locked_until = NULL, delivered_at = :delivered_at,
-    next_attempt_at = coalesce(:next_attempt_at, next_attempt_at)
-WHERE id = :delivery_id AND lease = :lease
+-- A batch's outcomes (a JSON array of objects), each written only under the
+-- lease its sender held; the (id, lease) of those written.
+UPDATE delivery SET status = o.value ->> 'status', attempts = attempts + 1,
+    last_error = o.value ->> 'last_error', locked_until = NULL,
+    delivered_at = o.value ->> 'delivered_at',
+    next_attempt_at = coalesce(o.value ->> 'next_attempt_at', next_attempt_at)
+FROM json_each(:outcomes) AS o
+WHERE delivery.id = o.value ->> 'delivery_id' AND delivery.lease = o.value ->> 'lease'
+RETURNING delivery.id AS delivery_id, delivery.lease
 
--- name: log_attempt
+-- name: log_attempts
+-- The attempts of a batch's written outcomes (a JSON array of objects).
 INSERT INTO attempt (delivery_id, started_at, status_code, error, duration_ms, response_body)
-VALUES (:delivery_id, :started_at, :status_code, :error, :duration_ms, :response_body)
+SELECT value ->> 'delivery_id', value ->> 'started_at', value ->> 'status_code',
+       value ->> 'error', value ->> 'duration_ms', value ->> 'response_body'
+FROM json_each(:attempts)
 
 -- name: move_breaker
 -- A subscription's rules.BreakerMove, written as it is.

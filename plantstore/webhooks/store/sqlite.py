@@ -103,28 +103,33 @@ def breaker_states(subscription_ids):
 
 
 def write_outcomes(outcomes, moves, settings):
-    written = set()
     now = clock.now()
+    rows = [{"delivery_id": o.delivery_id, "lease": o.lease, "status": o.status,
+             "last_error": o.last_error,
+             "delivered_at": _stamp(now) if o.status == "delivered" else None,
+             "next_attempt_at": None if o.retry_in is None else _stamp(clock.after(o.retry_in))}
+            for o in outcomes]
     with database.atomic():
-        for o in outcomes:
-            moved_on = QUERIES.execute("move_on", {
-                "status": o.status, "last_error": o.last_error,
-                "delivered_at": now if o.status == "delivered" else None,
-                "next_attempt_at": None if o.retry_in is None else clock.after(o.retry_in),
-                "delivery_id": o.delivery_id, "lease": o.lease}).rowcount
-            if moved_on:
-                written.add(o.delivery_id)
-                QUERIES.execute("log_attempt", {
-                    "delivery_id": o.delivery_id, "started_at": o.started_at,
-                    "status_code": o.status_code, "error": o.error,
-                    "duration_ms": o.duration_ms, "response_body": o.response_body})
+        written = {(row["delivery_id"], row["lease"]) for row in QUERIES.rows(
+            "move_on", {"outcomes": json.dumps(rows)})}
+        attempts = [{"delivery_id": o.delivery_id, "started_at": _stamp(o.started_at),
+                     "status_code": o.status_code, "error": o.error,
+                     "duration_ms": o.duration_ms, "response_body": o.response_body}
+                    for o in outcomes if (o.delivery_id, o.lease) in written]
+        if attempts:
+            QUERIES.execute("log_attempts", {"attempts": json.dumps(attempts)})
         next_probe = clock.after(settings.breaker_cooldown)
         for subscription_id, move in moves.items():
             QUERIES.execute("move_breaker", {
                 "subscription_id": subscription_id, "streak": move.streak,
                 "opened": move.opened, "probe": move.probe, "succeeded": move.succeeded,
                 "now": now, "next_probe": next_probe})
-    return written
+    return {delivery_id for delivery_id, _ in written}
+
+
+def _stamp(moment):
+    """A time as the sqlite3 module stores a ``datetime`` (for a JSON batch)."""
+    return moment.isoformat(" ")
 
 
 def still_there(delivery_ids):

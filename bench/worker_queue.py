@@ -1,0 +1,37 @@
+"""``python bench/worker_queue.py URL RECEIVER_URL COUNT``: a fresh database
+for the drain-rate measurement: migrated, one subscription to RECEIVER_URL
+and COUNT deliveries due now.
+
+Run as a process of its own so that the plantstore it imports can be another
+working tree's (PYTHONPATH first), migrating and filling that release's
+schema with that release's models: bench/webhooks.py measures this
+checkout's worker beside another's that way. It uses only what every
+release since the outbox has (``db.upgrade``, the Subscription and Delivery
+columns named below).
+"""
+import sys
+
+
+def queue(url, receiver_url, count):
+    """Migrate ``url`` and put ``count`` deliveries to ``receiver_url`` on it."""
+    from plantstore import create_app, db
+    from plantstore.models import Delivery, Subscription, utcnow
+
+    app = create_app({"DATABASE_URL": url})
+    with app.app_context():
+        db.upgrade()
+    with db.database.connection_context(), db.database.atomic():
+        subscription = Subscription.create(url=receiver_url, secret="whsec_" + "A" * 44)
+        now = utcnow()
+        rows = [{"subscription": subscription.id, "message_id": f"msg_bench{i}",
+                 "event_type": "plant.created", "payload": f'{{"id": {i}, "name": "fern"}}',
+                 "next_attempt_at": now} for i in range(count)]
+        for start in range(0, count, 1000):
+            Delivery.insert_many(rows[start:start + 1000]).execute()
+    with db.database.connection_context():
+        db.database.execute_sql("ANALYZE")  # as autovacuum would, in time (see seed.py)
+    db.database.close_all()
+
+
+if __name__ == "__main__":
+    queue(sys.argv[1], sys.argv[2], int(sys.argv[3]))
