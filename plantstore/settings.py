@@ -117,7 +117,7 @@ SETTINGS = (
     Setting("WORKER_POLL_INTERVAL", 1.0, number(0, HOUR, above_minimum=True),
             "Most seconds a webhook worker sleeps between polls when nothing is due (a "
             "random 75-100 % of it, so workers started together do not poll in step)."),
-    Setting("WORKER_CLAIM_COOLDOWN", 0.005, number(0, 10),
+    Setting("WORKER_CLAIM_COOLDOWN", 0.015, number(0, 10),
             "Least seconds between two claims of one webhook worker: slots freed "
             "meanwhile are filled by the next claim together (0: claim as each frees)."),
     Setting("WORKER_BATCH_SIZE", 50, integer(1, 1000),

@@ -33,7 +33,7 @@ class WebhookSettings:
     disable_after_hours: float = 120.0
     retention_days: int = 30
     traceparent_receivers: str = "none"  # who gets a traceparent header (see tracing)
-    claim_cooldown: float = 0.005  # least seconds between a worker's claims
+    claim_cooldown: float = 0.015  # least seconds between a worker's claims
 
     @property
     def send_bound(self):

@@ -3,8 +3,12 @@
 Sender threads never touch the database: each attempt's result (and each
 job given back unsent) is put here, and one thread writes everything that
 has accumulated since its last write at once (``queue.record``: one
-statement on PostgreSQL). While it writes, more accumulate, so a busy
-process writes many outcomes per statement without waiting on purpose. It
+statement on PostgreSQL, two on SQLite). Once the first outcome of a batch
+arrives it lets others gather for ``GATHER_SECONDS`` (unless somebody
+waits for a flush, or ``LARGEST_WRITE`` wait already), as River's batch
+completer does, so a write's cost is shared by many outcomes: the senders'
+slots are free meanwhile, only the outcomes' rows stay leased that much
+longer. It
 decides nobody's slots; a sender whose attempt failed may wait for its
 outcome to be written (``put`` gives it the event to wait on) before it
 frees its slot, so that the next attempt at that receiver sees what the
@@ -38,6 +42,9 @@ RETRY_PAUSES = (0.05, 0.25, 1.0)
 BACKLOG_BOUND = 2 * LARGEST_WRITE
 """Unwritten outcomes past which a worker claims nothing more."""
 
+GATHER_SECONDS = 0.02
+"""How long a batch's first outcome waits for others before they are written."""
+
 IDLE_SECONDS = 5.0
 """The writer thread ends after this long with nothing to write (a new one
 starts with the next outcome)."""
@@ -53,6 +60,7 @@ class OutcomeWriter:
         self._changed = threading.Condition()
         self._outcomes, self._give_backs = [], []
         self._unwritten = 0  # put and not yet written (or given up)
+        self._flushers = 0  # threads waiting in flush: write without gathering
         self._thread = None
         self._pid = None
 
@@ -92,7 +100,12 @@ class OutcomeWriter:
     def flush(self, timeout):
         """Wait until everything put so far is written; False on timeout."""
         with self._changed:
-            return self._changed.wait_for(lambda: not self._unwritten, timeout)
+            self._flushers += 1
+            self._changed.notify_all()
+            try:
+                return self._changed.wait_for(lambda: not self._unwritten, timeout)
+            finally:
+                self._flushers -= 1
 
     def _run(self):
         while True:
@@ -101,6 +114,9 @@ class OutcomeWriter:
                                               IDLE_SECONDS):
                     self._thread = None
                     return
+                self._changed.wait_for(
+                    lambda: self._flushers or len(self._outcomes) >= LARGEST_WRITE,
+                    GATHER_SECONDS)
                 batch = self._outcomes[:LARGEST_WRITE]
                 del self._outcomes[:LARGEST_WRITE]
                 give_backs, self._give_backs = self._give_backs, []
