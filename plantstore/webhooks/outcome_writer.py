@@ -6,9 +6,9 @@ has accumulated since its last write at once (``queue.record``: one
 statement on PostgreSQL, two on SQLite). Once the first outcome of a batch
 arrives it lets others gather for ``GATHER_SECONDS`` (unless somebody
 waits for a flush, or ``LARGEST_WRITE`` wait already), as River's batch
-completer does, so a write's cost is shared by many outcomes: the senders'
-slots are free meanwhile, only the outcomes' rows stay leased that much
-longer. It
+completer does, so a write's cost is shared by many outcomes. A delivered
+attempt's slot is free meanwhile (only its row stays leased that much
+longer); a failed one's sender, which waits for its outcome, waits as long. It
 decides nobody's slots; a sender whose attempt failed may wait for its
 outcome to be written (``put`` gives it the event to wait on) before it
 frees its slot, so that the next attempt at that receiver sees what the
