@@ -13,8 +13,9 @@ processes, on each backend BENCH_DATABASE names (throwaway databases, see
 databases.py), BENCH_WORKER_ROUNDS times; with BENCH_WORKER_AGAINST (another
 working tree, e.g. a ``git worktree`` of an earlier release) that tree's
 worker is run in turn with this one's on the same receiver, each on a
-database in its own schema (bench/worker_queue.py). The rate is counted from the first delivery to the last
-(process start-up excluded), and so is the workers' CPU per delivery (user +
+database in its own schema (bench/worker_queue.py). The rate is counted
+from the first delivery to the last (process start-up excluded), and so is
+the workers' CPU per delivery (user +
 system time of their processes, from /proc: see cpu.py), the steadier figure
 on a shared machine.
 """

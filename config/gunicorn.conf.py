@@ -5,7 +5,7 @@ Environment:
                      (e.g. unix:/run/plantstore.sock) replaces both
   WEB_CONCURRENCY    worker processes (default: 2 per CPU core)
   GUNICORN_WORKER_CLASS, GUNICORN_THREADS
-                     worker class (default sync) and threads per worker
+                     worker class (default gthread) and threads per worker
                      (8 for gthread, else 1)
   GUNICORN_TIMEOUT, GUNICORN_GRACEFUL_TIMEOUT
                      seconds before a silent worker is killed, and seconds
@@ -51,16 +51,18 @@ plantstore_gunicorn.answer_protocol_errors_in_json()
 bind = (os.environ.get("GUNICORN_BIND")
         or f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}")
 workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2))
-# sync workers, chosen by measurement (docs/server-model.md: make bench-ab,
-# sync against gthread at 1, 2 and 8 threads, both databases, with and
-# without nginx). Behind nginx, where production runs, sync workers took
-# 0.62-0.80x gthread-8's CPU per request and served 1.25-1.71x its req/s on
-# every workload; a thread hand-off of the GIL costs more than a process of
-# its own. Without nginx only PostgreSQL's creates did better with threads
-# (their commit waits on the disk flush). Each sync worker serves one
-# request at a time: the processes (WEB_CONCURRENCY) are the concurrency,
-# and nginx buffers slow clients so that none holds a worker (operating.md).
-worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "sync")
+# gthread with 8 threads, chosen by measurement (docs/server-model.md: make
+# bench-ab, sync against gthread at 1, 2 and 8 threads, both databases,
+# with and without nginx). sync workers cost less CPU per request (0.62-0.80x
+# behind nginx) but serve one request per process: a stalled SQLite writer
+# or a hung database then holds every process, and /healthz with it
+# (tests/test_sqlite_stall.py fails on sync). Threads keep a worker
+# answering while some of its requests wait.
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gthread")
+# Eight threads, chosen on PostgreSQL (make bench-ab, 5 alternating runs of
+# 4 s, medians of paired ratios, 8 threads / 4): list of 100 1.16x, list of
+# 10 1.09x, create 1.34x (a create waits on the commit's disk flush, when
+# other threads can run). On SQLite the same A/B was within its noise.
 # gunicorn turns a sync worker into gthread whenever threads > 1: the
 # default applies to gthread only, so GUNICORN_WORKER_CLASS=sync alone
 # really gives sync workers. PLANTSTORE_DATABASE_POOL_SIZE must exceed the
