@@ -64,13 +64,35 @@ def never_answer(connection):
     connection.recv(65536)  # and then nothing, until the test ends
 
 
+def read_request(connection):
+    """Read one whole request (headers and Content-Length body), for at most
+    10 s: closing with part of it unread would make the kernel answer with
+    a reset."""
+    connection.settimeout(10)
+    data = b""
+    with contextlib.suppress(OSError):
+        while b"\r\n\r\n" not in data:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(body) < length:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return
+            body += chunk
+
+
 def hang_up(connection):
-    connection.recv(65536)
+    read_request(connection)
     connection.close()
 
 
 def speak_ssh(connection):
-    connection.recv(65536)
+    read_request(connection)
     connection.sendall(b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
     connection.close()
 
