@@ -92,7 +92,7 @@ def hang_up(connection):
 
 
 def speak_ssh(connection):
-    read_request(connection)
+    connection.recv(65536)
     connection.sendall(b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
     connection.close()
 
