@@ -18,7 +18,7 @@ them.
 import os
 import time
 
-from peewee import DatabaseError, IntegrityError
+from peewee import IntegrityError
 
 from .. import clock, webhooks
 from ..auth import TokenRefused
@@ -64,33 +64,12 @@ def store_plant(plant, event_type, payload, settings, traceparent=None, key_clai
               "event": event_type, "payload": payload, "traceparent": traceparent,
               "lease_seconds": settings.lease_seconds,
               "token_digest": token and token.digest, "scope": token and token.scope}
-    rows = _once_more_if_deadlocked(
-        lambda: POSTGRES.rows("store_plant", values) if key_claim is None
-        else _store_keyed(values, key_claim))
+    rows = POSTGRES.rows("store_plant", values) if key_claim is None \
+        else _store_keyed(values, key_claim)
     if not rows:
         raise TokenRefused()
     return queue.jobs_to_send([row for row in rows if row["delivery_id"] is not None],
                               leased_at, settings)
-
-
-DEADLOCK_DETECTED = "40P01"
-"""PostgreSQL's SQLSTATE for the transaction it chose to end to break a deadlock."""
-
-
-def _once_more_if_deadlocked(store):
-    """``store()``, run again once if PostgreSQL ended it to break a deadlock.
-
-    A create is one statement in its own transaction: the deadlock's victim
-    wrote nothing, so running it again is the same request, not a second
-    one. Deadlocks with other writers of the same rows (an outcome batch, a
-    migration's lock queue during an upgrade) are rare and short; a second
-    one in a row is answered 503 like any other database failure."""
-    try:
-        return store()
-    except DatabaseError as error:
-        if getattr(getattr(error, "orig", None), "pgcode", None) != DEADLOCK_DETECTED:
-            raise
-        return store()
 
 
 def _store_keyed(values, key_claim):
