@@ -9,9 +9,9 @@ from urllib.parse import parse_qsl, urlsplit
 
 import peewee
 from peewee import DatabaseProxy, InterfaceError, OperationalError, SqliteDatabase
-from playhouse.migrations import Runner
 from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase
 
+from .migration_runner import GivingWayRunner
 from .settings import SettingError
 from .sqlite_turns import DEFAULT_WRITE_WAIT_SECONDS, TurnTakingSqliteDatabase
 
@@ -185,8 +185,9 @@ def init_database(app):
 
 
 def migration_runner():
-    """The peewee migration runner for the package's numbered scripts."""
-    return Runner(database, directory=MIGRATIONS_DIR)
+    """The migration runner for the package's numbered scripts (it gives way
+    to the live service on PostgreSQL: see ``migration_runner``)."""
+    return GivingWayRunner(database, directory=MIGRATIONS_DIR)
 
 
 def upgrade(expand=False):
