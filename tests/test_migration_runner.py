@@ -1,6 +1,7 @@
-"""Migrations give way to the live service on PostgreSQL: a migration that
-holds one table and waits for another never deadlocks with a create that
-holds the second and reads the first (``plantstore/migration_runner.py``)."""
+"""Migrations give way to the live service on PostgreSQL
+(``plantstore/migration_runner.py``): one never deadlocks with a create,
+and under a steady stream of creates an expand upgrade still finishes, with
+every create served."""
 import threading
 
 import psycopg2
@@ -9,60 +10,145 @@ import pytest
 from helpers import POSTGRES_URL, wait_until
 from plantstore import db
 from plantstore.db import database
+from plantstore.models import Subscription
 
 pytestmark = pytest.mark.skipif(
     not POSTGRES_URL, reason="PostgreSQL only: SQLite migrations take its one write lock, "
                              "with the write wait every write has")
 
-WAITING_FOR_A_LOCK = """
-SELECT count(*) FROM pg_stat_activity
-WHERE wait_event_type = 'Lock' AND query LIKE %s AND pid <> pg_backend_pid()
+EXPANDED_FROM_0010 = ["0011_receiver_throttle", "0012_wider_secrets"]
+
+# What a create's statement does to the tables 0011 changes: it inserts its
+# delivery (locking ``delivery``) from the subscriptions it reads.
+CREATE_S_INSERT = """
+INSERT INTO delivery (subscription_id, message_id, event_type, payload, status, attempts,
+                      lease, next_attempt_at, created_at)
+SELECT s.id, %s, 'plant.created', '{}', 'pending', 0, 1, now(), now()
+FROM subscription s WHERE s.id = %s
 """
 
 
-def _waits_for_a_lock(probe, statement):
-    """True while another session runs ``statement`` and waits for a lock."""
-    with probe.cursor() as cursor:
-        cursor.execute(WAITING_FOR_A_LOCK, (f"%{statement}%",))
-        return cursor.fetchone()[0] > 0
-
-
-def test_a_migration_gives_way_to_a_create_instead_of_deadlocking_with_it(app):
+@pytest.fixture
+def at_0010(app):
+    """The schema as the release before 0011 left it (with one subscription);
+    fully migrated again afterwards."""
     with database.connection_context():
+        subscription = Subscription.create(url="http://127.0.0.1:9/", secret="whsec_" + "A" * 44)
         migrations = db.migration_runner()
         for _ in range(3):  # 0013, 0012, 0011
             migrations.down()
-    outcome = {}
+    yield subscription.id
+    with database.connection_context():
+        db.upgrade()
 
-    def upgrade():
+
+class Upgrade(threading.Thread):
+    """``plantstore db upgrade --expand`` in a thread of its own."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.applied, self.error = None, None
+
+    def run(self):
         try:
-            outcome["applied"] = db.upgrade(expand=True)
-        except Exception as error:  # reported by the assertion below
-            outcome["error"] = error
+            self.applied = db.upgrade(expand=True)
+        except Exception as error:  # reported by the test that reads it
+            self.error = error
 
-    create = psycopg2.connect(POSTGRES_URL)  # plays a create of the release before
+    def finished(self, timeout):
+        self.join(timeout)
+        assert not self.is_alive(), "the upgrade did not finish"
+        assert self.error is None, f"the upgrade failed: {self.error!r}"
+        return self.applied
+
+
+def _waits_for_a_lock(probe, other_than):
+    """True while a session other than ``other_than`` (pids) waits for a lock."""
+    with probe.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                       "AND pid <> ALL(%s)", (list(other_than),))
+        return cursor.fetchone()[0] > 0
+
+
+# Two parties that hold one of 0011's tables and then ask for the other: a
+# create (its insert locks delivery, then it reads subscription) and an
+# outcome batch (it locks its receivers' subscription rows, then updates
+# their deliveries).
+PARTIES = {
+    "create": ("LOCK TABLE delivery IN ROW EXCLUSIVE MODE", "SELECT count(*) FROM subscription"),
+    "outcome batch": ("SELECT id FROM subscription ORDER BY id FOR UPDATE",
+                      "UPDATE delivery SET attempts = attempts WHERE false"),
+}
+
+
+@pytest.mark.parametrize("party", PARTIES)
+def test_a_migration_never_deadlocks_with_a_transaction_that_holds_one_of_its_tables(
+        at_0010, party):
+    first, then = PARTIES[party]
+    holder = psycopg2.connect(POSTGRES_URL)
     probe = psycopg2.connect(POSTGRES_URL)
     probe.autocommit = True
-    upgrading = threading.Thread(target=upgrade, daemon=True)
+    upgrade = Upgrade()
     try:
-        with create.cursor() as cursor:
-            cursor.execute("LOCK TABLE delivery IN ROW EXCLUSIVE MODE")  # what its insert takes
-            upgrading.start()
-            # 0011 has added subscription's columns (its ACCESS EXCLUSIVE lock is
-            # held) and waits to put its trigger on delivery.
-            wait_until(lambda: _waits_for_a_lock(probe, "CREATE TRIGGER"), timeout=30,
-                       message="0011 waiting for delivery's lock")
-            # What the create reads next: waits for the migration, which gives way.
-            cursor.execute("SELECT count(*) FROM subscription")
-            assert cursor.fetchone()[0] == 0
-        create.commit()
-        upgrading.join(timeout=60)
-        assert not upgrading.is_alive(), "the upgrade did not finish once the create ended"
-        assert "error" not in outcome, f"the upgrade failed: {outcome.get('error')!r}"
-        assert outcome["applied"] == ["0011_receiver_throttle", "0012_wider_secrets"]
+        with holder.cursor() as cursor:
+            cursor.execute(first)
+            upgrade.start()
+            wait_until(lambda: _waits_for_a_lock(probe, {holder.get_backend_pid(),
+                                                         probe.get_backend_pid()}),
+                       timeout=30, message="the migration waiting for a lock")
+            cursor.execute(then)  # waits for the migration at most while it tries
+        holder.commit()
+        assert upgrade.finished(timeout=60) == EXPANDED_FROM_0010
     finally:
-        create.close()
+        holder.close()
         probe.close()
-        upgrading.join(timeout=60)
-        with database.connection_context():
-            db.upgrade()
+        upgrade.join(timeout=60)
+
+
+class Creates(threading.Thread):
+    """Creates' statements, one after another on a connection of their own,
+    each in a transaction that ends a few milliseconds after the insert (as
+    a create that does more after it does), until stopped."""
+
+    def __init__(self, subscription_id, name):
+        super().__init__(daemon=True)
+        self.subscription_id, self.name = subscription_id, name
+        self.done, self.errors, self.stopping = 0, [], threading.Event()
+
+    def run(self):
+        connection = psycopg2.connect(POSTGRES_URL)
+        try:
+            while not self.stopping.is_set():
+                try:
+                    with connection, connection.cursor() as cursor:
+                        cursor.execute(CREATE_S_INSERT, (f"msg_{self.name}_{self.done}",
+                                                         self.subscription_id))
+                        cursor.execute("SELECT pg_sleep(0.005)")
+                    self.done += 1
+                except psycopg2.Error as error:
+                    self.errors.append(f"{error.pgcode}: {error}")
+        finally:
+            connection.close()
+
+
+def test_an_expand_upgrade_finishes_under_a_steady_stream_of_creates_and_fails_none(at_0010):
+    streams = [Creates(at_0010, f"stream{n}") for n in range(4)]
+    upgrade = Upgrade()
+    for stream in streams:
+        stream.start()
+    try:
+        wait_until(lambda: all(stream.done >= 5 for stream in streams), timeout=30,
+                   message="every stream of creates under way")
+        served_before = sum(stream.done for stream in streams)
+        upgrade.start()
+        applied = upgrade.finished(timeout=60)
+        served_during = sum(stream.done for stream in streams) - served_before
+    finally:
+        for stream in streams:
+            stream.stopping.set()
+        for stream in streams:
+            stream.join(timeout=30)
+        upgrade.join(timeout=60)
+    assert applied == EXPANDED_FROM_0010
+    assert [error for stream in streams for error in stream.errors] == []
+    assert served_during > 0, "no create was served while the upgrade ran"

@@ -28,6 +28,13 @@ Every column may be NULL, so the release before (which neither reads nor
 writes them) keeps working on this schema during a rolling upgrade.
 
 Frozen like 0001: the columns are written out here.
+
+On PostgreSQL it locks ``delivery`` before ``subscription``, the order in
+which a create's ``INSERT INTO delivery ... SELECT ... FROM subscription``
+takes them: holding ``subscription`` first, it waited for ``delivery``
+behind creates that held ``delivery`` and waited for ``subscription``, a
+deadlock (or, with the runner's ``lock_timeout``, a try that never
+succeeds under load; see ``plantstore/migration_runner.py``).
 """
 import os
 
@@ -38,6 +45,10 @@ TABLE = "subscription"
 FUNCTIONS_DIR = os.path.join(os.path.dirname(__file__), "functions")
 FUNCTIONS = ("plantstore_throttle_take_v1", "plantstore_throttle_take_for_claim_v1",
              "plantstore_throttle_give_back_v1", "plantstore_throttle_lease_v1")
+LOCKS_IN_THE_SERVICE_ORDER = (
+    "LOCK TABLE delivery IN SHARE ROW EXCLUSIVE MODE",  # what CREATE/DROP TRIGGER takes
+    "LOCK TABLE subscription IN ACCESS EXCLUSIVE MODE",  # what ADD/DROP COLUMN takes
+)
 LEASE_TRIGGER = """
 CREATE TRIGGER plantstore_throttle_lease_v1 BEFORE INSERT ON delivery
 FOR EACH ROW WHEN (NEW.locked_until IS NOT NULL)
@@ -52,6 +63,9 @@ def function_text(name):
 
 
 def up(migrator, db):
+    if not isinstance(migrator, SqliteMigrator):
+        for statement in LOCKS_IN_THE_SERVICE_ORDER:
+            db.execute_sql(statement)
     migrator.migrate(
         migrator.add_column(TABLE, "rate_limit", IntegerField(null=True)),
         migrator.add_column(TABLE, "throttle_tokens", FloatField(null=True)),
@@ -65,6 +79,8 @@ def up(migrator, db):
 
 def down(migrator, db):
     if not isinstance(migrator, SqliteMigrator):
+        for statement in LOCKS_IN_THE_SERVICE_ORDER:
+            db.execute_sql(statement)
         db.execute_sql("DROP TRIGGER plantstore_throttle_lease_v1 ON delivery")
         for name in reversed(FUNCTIONS):
             db.execute_sql(f"DROP FUNCTION {name}")
