@@ -10,12 +10,15 @@ deadlock detector ends one of them after ``deadlock_timeout`` (1 s), and if
 that is a create, its client gets a 503 in the middle of a rolling upgrade.
 
 So on PostgreSQL each transactional migration runs with a short
-``lock_timeout``: a lock it cannot have at once within ``LOCK_TIMEOUT_MS``
-ends the try, rolls the migration back (releasing every lock it took), and
-the migration is tried again after a short pause, until ``TRY_FOR_SECONDS``
-have passed. The service waits at most ``LOCK_TIMEOUT_MS`` for a lock the
-migration holds, and no deadlock forms, as the migration never waits long
-enough for the detector to pick a victim. A migration marked ``atomic =
+``lock_timeout``: a lock it cannot have within it ends the try, rolls the
+migration back (releasing every lock it took), and the migration is tried
+again after a short pause, until ``TRY_FOR_SECONDS`` have passed. The
+first try waits ``FIRST_LOCK_TIMEOUT_MS``, each next one half as long
+again (under load a create's transaction can outlast the first), never
+more than ``DEADLOCK_TIMEOUT_SHARE`` of the server's ``deadlock_timeout``.
+The service waits at most that long for a lock the migration holds, and
+no deadlock forms: the migration gives way before the detector, which
+starts looking only after ``deadlock_timeout``, would pick a victim. A migration marked ``atomic =
 False`` (0013) manages its own transactions and tries the same way itself.
 SQLite takes a database-wide write lock with its own write wait: nothing
 to add there.
@@ -29,9 +32,17 @@ from playhouse.migrations import Runner
 
 log = logging.getLogger(__name__)
 
-LOCK_TIMEOUT_MS = 200
-"""How long one try of a migration waits for any lock before it gives way
-(well under PostgreSQL's default ``deadlock_timeout`` of 1 s)."""
+FIRST_LOCK_TIMEOUT_MS = 200
+"""How long a migration's first try waits for any lock before it gives way."""
+
+LOCK_TIMEOUT_GROWTH = 1.5
+"""Each try waits this many times as long as the one before."""
+
+DEADLOCK_TIMEOUT_SHARE = 0.5
+"""The longest a try waits, as a share of the server's ``deadlock_timeout``
+(half: a transaction may have begun waiting for a lock the migration took
+before the migration began waiting; the rest of ``deadlock_timeout`` is the
+migration's time between the two)."""
 
 TRY_FOR_SECONDS = 300
 """How long the tries of one migration go on before the upgrade gives up."""
@@ -51,23 +62,34 @@ def sqlstate(error):
     return None
 
 
+def lock_timeouts_ms(deadlock_timeout_ms):
+    """The ``lock_timeout`` of each try, in milliseconds, one try after another."""
+    longest = max(1, int(deadlock_timeout_ms * DEADLOCK_TIMEOUT_SHARE))
+    timeout = FIRST_LOCK_TIMEOUT_MS
+    while True:
+        yield min(int(timeout), longest)
+        timeout *= LOCK_TIMEOUT_GROWTH
+
+
 class GivingWayRunner(Runner):
     """peewee's migration runner; on PostgreSQL each transactional migration
-    waits at most ``LOCK_TIMEOUT_MS`` for a lock, then tries again."""
+    waits a bounded time for a lock, then gives way and tries again."""
 
     def _run(self, name, module, direction, fake=False):
         postgres = isinstance(self.migrator, PostgresqlMigrator)
         if fake or not postgres or not getattr(module, "atomic", True):
             return super()._run(name, module, direction, fake=fake)
         deadline = time.monotonic() + TRY_FOR_SECONDS
-        while True:
+        [(deadlock_timeout_ms,)] = self.database.execute_sql(
+            "SELECT setting::int FROM pg_settings WHERE name = 'deadlock_timeout'").fetchall()
+        for lock_timeout_ms in lock_timeouts_ms(deadlock_timeout_ms):
             try:
                 with self.database.atomic():
-                    self.database.execute_sql(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
+                    self.database.execute_sql(f"SET LOCAL lock_timeout = '{lock_timeout_ms}ms'")
                     return super()._run(name, module, direction)
             except Exception as error:
                 if sqlstate(error) not in GIVE_WAY or time.monotonic() > deadline:
                     raise
-                log.info("%s %s gave way to the service (%s); trying again",
-                         direction, name, sqlstate(error))
+                log.info("%s %s gave way to the service after %d ms (%s); trying again",
+                         direction, name, lock_timeout_ms, sqlstate(error))
             time.sleep(random.uniform(*PAUSE_SECONDS))

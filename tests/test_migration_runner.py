@@ -2,6 +2,7 @@
 (``plantstore/migration_runner.py``): one never deadlocks with a create,
 and under a steady stream of creates an expand upgrade still finishes, with
 every create served."""
+import itertools
 import threading
 
 import psycopg2
@@ -10,9 +11,10 @@ import pytest
 from helpers import POSTGRES_URL, wait_until
 from plantstore import db
 from plantstore.db import database
+from plantstore.migration_runner import lock_timeouts_ms
 from plantstore.models import Subscription
 
-pytestmark = pytest.mark.skipif(
+postgres_only = pytest.mark.skipif(
     not POSTGRES_URL, reason="PostgreSQL only: SQLite migrations take its one write lock, "
                              "with the write wait every write has")
 
@@ -81,6 +83,7 @@ PARTIES = {
 }
 
 
+@postgres_only
 @pytest.mark.parametrize("party", PARTIES)
 def test_a_migration_never_deadlocks_with_a_transaction_that_holds_one_of_its_tables(
         at_0010, party):
@@ -131,6 +134,7 @@ class Creates(threading.Thread):
             connection.close()
 
 
+@postgres_only
 def test_an_expand_upgrade_finishes_under_a_steady_stream_of_creates_and_fails_none(at_0010):
     streams = [Creates(at_0010, f"stream{n}") for n in range(4)]
     upgrade = Upgrade()
@@ -152,3 +156,8 @@ def test_an_expand_upgrade_finishes_under_a_steady_stream_of_creates_and_fails_n
     assert applied == EXPANDED_FROM_0010
     assert [error for stream in streams for error in stream.errors] == []
     assert served_during > 0, "no create was served while the upgrade ran"
+
+
+def test_each_try_waits_half_as_long_again_up_to_half_the_deadlock_timeout():
+    assert list(itertools.islice(lock_timeouts_ms(1000), 6)) == [200, 300, 450, 500, 500, 500]
+    assert list(itertools.islice(lock_timeouts_ms(100), 2)) == [50, 50]
