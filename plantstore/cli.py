@@ -46,7 +46,9 @@ def db_upgrade(expand):
     """Apply every pending migration (with --expand: those the release before
     can run beside)."""
     applied = db.upgrade(expand=expand)
-    click.echo("\n".join(f"applied {name}" for name in applied) or "up to date")
+    click.echo("\n".join(f"applied {name}" + (f" (gave way to the service {times} times)"
+                                               if times else "")
+                         for name, times in applied) or "up to date")
 
 
 @db_cli.command("check")

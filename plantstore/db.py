@@ -191,7 +191,9 @@ def migration_runner():
 
 
 def upgrade(expand=False):
-    """Apply every pending migration; returns the names applied.
+    """Apply every pending migration; for each applied, its name and how
+    many times it gave way to the service before it could (see
+    ``migration_runner``).
 
     With ``expand``, stop before the first pending migration marked
     ``AFTER_ROLLOUT`` (one the release before cannot run beside: it waits
@@ -199,13 +201,13 @@ def upgrade(expand=False):
     """
     with database.connection_context():
         runner = migration_runner()
-        if not expand:
-            return runner.up()
         target = None
-        for migration in runner.status():
-            if migration.applied or migration.path is None:
-                continue
-            if getattr(migration.load(), "AFTER_ROLLOUT", False):
-                break
-            target = migration.name
-        return runner.up(target) if target else []
+        if expand:
+            for migration in runner.status():
+                if migration.applied or migration.path is None:
+                    continue
+                if getattr(migration.load(), "AFTER_ROLLOUT", False):
+                    break
+                target = migration.name
+        applied = runner.up(target) if target or not expand else []
+        return [(name, runner.gave_way[name]) for name in applied]

@@ -23,6 +23,7 @@ False`` (0013) manages its own transactions and tries the same way itself.
 SQLite takes a database-wide write lock with its own write wait: nothing
 to add there.
 """
+import collections
 import logging
 import random
 import time
@@ -73,7 +74,12 @@ def lock_timeouts_ms(deadlock_timeout_ms):
 
 class GivingWayRunner(Runner):
     """peewee's migration runner; on PostgreSQL each transactional migration
-    waits a bounded time for a lock, then gives way and tries again."""
+    waits a bounded time for a lock, then gives way and tries again
+    (``gave_way[name]`` counts the times, for the operator)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gave_way = collections.Counter()
 
     def _run(self, name, module, direction, fake=False):
         postgres = isinstance(self.migrator, PostgresqlMigrator)
@@ -90,6 +96,7 @@ class GivingWayRunner(Runner):
             except Exception as error:
                 if sqlstate(error) not in GIVE_WAY or time.monotonic() > deadline:
                     raise
+                self.gave_way[name] += 1
                 log.info("%s %s gave way to the service after %d ms (%s); trying again",
                          direction, name, lock_timeout_ms, sqlstate(error))
             time.sleep(random.uniform(*PAUSE_SECONDS))
