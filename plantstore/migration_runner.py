@@ -72,31 +72,54 @@ def lock_timeouts_ms(deadlock_timeout_ms):
         timeout *= LOCK_TIMEOUT_GROWTH
 
 
+_times_gave_way = 0
+"""How many times a transaction of this process gave way (the runner tells
+each migration's share)."""
+
+
+def giving_way(database, work, what):
+    """``work()`` in a transaction of its own that waits a bounded time for
+    each lock (``lock_timeouts_ms``), rolled back and tried again after a
+    pause while it cannot have them, for up to ``TRY_FOR_SECONDS``; its result.
+
+    For a migration marked ``atomic = False`` that changes one table per
+    transaction (0011), so that it never holds one table while it waits for
+    another; the runner runs every other migration so.
+    """
+    global _times_gave_way
+    deadline = time.monotonic() + TRY_FOR_SECONDS
+    [(deadlock_timeout_ms,)] = database.execute_sql(
+        "SELECT setting::int FROM pg_settings WHERE name = 'deadlock_timeout'").fetchall()
+    for lock_timeout_ms in lock_timeouts_ms(deadlock_timeout_ms):
+        try:
+            with database.atomic():
+                database.execute_sql(f"SET LOCAL lock_timeout = '{lock_timeout_ms}ms'")
+                return work()
+        except Exception as error:
+            if sqlstate(error) not in GIVE_WAY or time.monotonic() > deadline:
+                raise
+            _times_gave_way += 1
+            log.info("%s gave way to the service after %d ms (%s); trying again",
+                     what, lock_timeout_ms, sqlstate(error))
+        time.sleep(random.uniform(*PAUSE_SECONDS))
+
+
 class GivingWayRunner(Runner):
     """peewee's migration runner; on PostgreSQL each transactional migration
-    waits a bounded time for a lock, then gives way and tries again
-    (``gave_way[name]`` counts the times, for the operator)."""
+    runs ``giving_way`` (``gave_way[name]`` counts the times, for the operator)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.gave_way = collections.Counter()
 
     def _run(self, name, module, direction, fake=False):
-        postgres = isinstance(self.migrator, PostgresqlMigrator)
-        if fake or not postgres or not getattr(module, "atomic", True):
-            return super()._run(name, module, direction, fake=fake)
-        deadline = time.monotonic() + TRY_FOR_SECONDS
-        [(deadlock_timeout_ms,)] = self.database.execute_sql(
-            "SELECT setting::int FROM pg_settings WHERE name = 'deadlock_timeout'").fetchall()
-        for lock_timeout_ms in lock_timeouts_ms(deadlock_timeout_ms):
-            try:
-                with self.database.atomic():
-                    self.database.execute_sql(f"SET LOCAL lock_timeout = '{lock_timeout_ms}ms'")
-                    return super()._run(name, module, direction)
-            except Exception as error:
-                if sqlstate(error) not in GIVE_WAY or time.monotonic() > deadline:
-                    raise
-                self.gave_way[name] += 1
-                log.info("%s %s gave way to the service after %d ms (%s); trying again",
-                         direction, name, lock_timeout_ms, sqlstate(error))
-            time.sleep(random.uniform(*PAUSE_SECONDS))
+        before = _times_gave_way
+        try:
+            if (fake or not isinstance(self.migrator, PostgresqlMigrator)
+                    or not getattr(module, "atomic", True)):
+                return super()._run(name, module, direction, fake=fake)
+            return giving_way(self.database,
+                              lambda: super(GivingWayRunner, self)._run(name, module, direction),
+                              f"{direction} {name}")
+        finally:
+            self.gave_way[name] += _times_gave_way - before

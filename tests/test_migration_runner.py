@@ -1,7 +1,8 @@
 """Migrations give way to the live service on PostgreSQL
-(``plantstore/migration_runner.py``): one never deadlocks with a create,
-and under a steady stream of creates an expand upgrade still finishes, with
-every create served."""
+(``plantstore/migration_runner.py``): one never deadlocks with a
+transaction that holds one of its tables and asks for another, and under
+steady streams of creates and claims an expand upgrade still finishes,
+with every one of them served."""
 import itertools
 import threading
 
@@ -20,13 +21,21 @@ postgres_only = pytest.mark.skipif(
 
 EXPANDED_FROM_0010 = ["0011_receiver_throttle", "0012_wider_secrets"]
 
-# What a create's statement does to the tables 0011 changes: it inserts its
-# delivery (locking ``delivery``) from the subscriptions it reads.
+# What the service's statements do to the tables 0011 changes: a create
+# reads the subscriptions that hear about its plant, then inserts their
+# deliveries (its statement's CTEs lock ``subscription`` first); a claim
+# updates deliveries, reading their subscriptions (``delivery`` first).
 CREATE_S_INSERT = """
+WITH s AS (SELECT id FROM subscription WHERE id = %(subscription_id)s)
 INSERT INTO delivery (subscription_id, message_id, event_type, payload, status, attempts,
                       lease, next_attempt_at, created_at)
-SELECT s.id, %s, 'plant.created', '{}', 'pending', 0, 1, now(), now()
-FROM subscription s WHERE s.id = %s
+SELECT s.id, %(message_id)s, 'plant.created', '{}', 'pending', 0, 1, now(), now() FROM s
+"""
+CLAIM_S_UPDATE = """
+UPDATE delivery d SET lease = d.lease + 1
+FROM subscription s
+WHERE s.id = d.subscription_id AND s.id = %(subscription_id)s
+  AND d.message_id = %(message_id)s
 """
 
 
@@ -72,12 +81,12 @@ def _waits_for_a_lock(probe, other_than):
         return cursor.fetchone()[0] > 0
 
 
-# Two parties that hold one of 0011's tables and then ask for the other: a
-# create (its insert locks delivery, then it reads subscription) and an
-# outcome batch (it locks its receivers' subscription rows, then updates
-# their deliveries).
+# Parties that hold one of 0011's tables and then ask for the other.
 PARTIES = {
-    "create": ("LOCK TABLE delivery IN ROW EXCLUSIVE MODE", "SELECT count(*) FROM subscription"),
+    "create": ("SELECT count(*) FROM subscription",
+               "LOCK TABLE delivery IN ROW EXCLUSIVE MODE"),  # what its insert takes
+    "claim": ("LOCK TABLE delivery IN ROW EXCLUSIVE MODE",  # what its update takes
+              "SELECT count(*) FROM subscription"),
     "outcome batch": ("SELECT id FROM subscription ORDER BY id FOR UPDATE",
                       "UPDATE delivery SET attempts = attempts WHERE false"),
 }
@@ -108,14 +117,14 @@ def test_a_migration_never_deadlocks_with_a_transaction_that_holds_one_of_its_ta
         upgrade.join(timeout=60)
 
 
-class Creates(threading.Thread):
-    """Creates' statements, one after another on a connection of their own,
-    each in a transaction that ends a few milliseconds after the insert (as
-    a create that does more after it does), until stopped."""
+class Statements(threading.Thread):
+    """One statement after another, each in a transaction of its own on a
+    connection of its own that ends a few milliseconds after it (as a
+    request that does more after it does), until stopped."""
 
-    def __init__(self, subscription_id, name):
+    def __init__(self, statement, subscription_id, name):
         super().__init__(daemon=True)
-        self.subscription_id, self.name = subscription_id, name
+        self.statement, self.subscription_id, self.name = statement, subscription_id, name
         self.done, self.errors, self.stopping = 0, [], threading.Event()
 
     def run(self):
@@ -124,8 +133,9 @@ class Creates(threading.Thread):
             while not self.stopping.is_set():
                 try:
                     with connection, connection.cursor() as cursor:
-                        cursor.execute(CREATE_S_INSERT, (f"msg_{self.name}_{self.done}",
-                                                         self.subscription_id))
+                        cursor.execute(self.statement, {
+                            "subscription_id": self.subscription_id,
+                            "message_id": f"msg_{self.name}_{self.done}"})
                         cursor.execute("SELECT pg_sleep(0.005)")
                     self.done += 1
                 except psycopg2.Error as error:
@@ -135,14 +145,16 @@ class Creates(threading.Thread):
 
 
 @postgres_only
-def test_an_expand_upgrade_finishes_under_a_steady_stream_of_creates_and_fails_none(at_0010):
-    streams = [Creates(at_0010, f"stream{n}") for n in range(4)]
+def test_an_expand_upgrade_finishes_under_streams_of_creates_and_claims_and_fails_none(
+        at_0010):
+    streams = [Statements(statement, at_0010, f"{kind}{n}") for n in range(2)
+               for kind, statement in (("create", CREATE_S_INSERT), ("claim", CLAIM_S_UPDATE))]
     upgrade = Upgrade()
     for stream in streams:
         stream.start()
     try:
         wait_until(lambda: all(stream.done >= 5 for stream in streams), timeout=30,
-                   message="every stream of creates under way")
+                   message="every stream under way")
         served_before = sum(stream.done for stream in streams)
         upgrade.start()
         applied = upgrade.finished(timeout=60)
@@ -155,7 +167,7 @@ def test_an_expand_upgrade_finishes_under_a_steady_stream_of_creates_and_fails_n
         upgrade.join(timeout=60)
     assert applied == EXPANDED_FROM_0010
     assert [error for stream in streams for error in stream.errors] == []
-    assert served_during > 0, "no create was served while the upgrade ran"
+    assert served_during > 0, "nothing was served while the upgrade ran"
 
 
 def test_each_try_waits_half_as_long_again_up_to_half_the_deadlock_timeout():

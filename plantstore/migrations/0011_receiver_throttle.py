@@ -29,26 +29,39 @@ writes them) keeps working on this schema during a rolling upgrade.
 
 Frozen like 0001: the columns are written out here.
 
-On PostgreSQL it locks ``delivery`` before ``subscription``, the order in
-which a create's ``INSERT INTO delivery ... SELECT ... FROM subscription``
-takes them: holding ``subscription`` first, it waited for ``delivery``
-behind creates that held ``delivery`` and waited for ``subscription``, a
-deadlock (or, with the runner's ``lock_timeout``, a try that never
-succeeds under load; see ``plantstore/migration_runner.py``).
+On PostgreSQL it changes one table per transaction (``atomic = False``),
+each given way as the runner gives way (``migration_runner.giving_way``):
+``subscription``'s columns, then the functions and ``delivery``'s trigger.
+Held in one transaction, the two tables' locks met the service's
+transactions in a deadlock whichever was locked first: a create reads
+``subscription`` before it inserts into ``delivery``, a claim updates
+``delivery`` before it reads ``subscription``. Each step can run again
+(``IF NOT EXISTS``; the functions and trigger come together, or not at
+all), so an upgrade stopped between the two finishes on the next run.
 """
 import os
 
 from peewee import DateTimeField, FloatField, IntegerField
 from playhouse.migrate import SqliteMigrator
 
+from plantstore.migration_runner import giving_way
+
+atomic = False  # one transaction per table (see above)
+
 TABLE = "subscription"
 FUNCTIONS_DIR = os.path.join(os.path.dirname(__file__), "functions")
 FUNCTIONS = ("plantstore_throttle_take_v1", "plantstore_throttle_take_for_claim_v1",
              "plantstore_throttle_give_back_v1", "plantstore_throttle_lease_v1")
-LOCKS_IN_THE_SERVICE_ORDER = (
-    "LOCK TABLE delivery IN SHARE ROW EXCLUSIVE MODE",  # what CREATE/DROP TRIGGER takes
-    "LOCK TABLE subscription IN ACCESS EXCLUSIVE MODE",  # what ADD/DROP COLUMN takes
-)
+ADD_COLUMNS = """
+ALTER TABLE subscription ADD COLUMN IF NOT EXISTS rate_limit integer,
+                         ADD COLUMN IF NOT EXISTS throttle_tokens real,
+                         ADD COLUMN IF NOT EXISTS throttle_refilled_at timestamp
+"""
+DROP_COLUMNS = """
+ALTER TABLE subscription DROP COLUMN IF EXISTS throttle_refilled_at,
+                         DROP COLUMN IF EXISTS throttle_tokens,
+                         DROP COLUMN IF EXISTS rate_limit
+"""
 LEASE_TRIGGER = """
 CREATE TRIGGER plantstore_throttle_lease_v1 BEFORE INSERT ON delivery
 FOR EACH ROW WHEN (NEW.locked_until IS NOT NULL)
@@ -62,27 +75,43 @@ def function_text(name):
         return file.read()
 
 
+def _has_trigger(db):
+    return bool(db.execute_sql("SELECT count(*) FROM pg_trigger "
+                               "WHERE tgname = 'plantstore_throttle_lease_v1'").fetchone()[0])
+
+
+def _create_functions_and_trigger(db):
+    if _has_trigger(db):
+        return
+    for name in FUNCTIONS:
+        db.execute_sql(function_text(name))
+    db.execute_sql(LEASE_TRIGGER)
+
+
+def _drop_trigger_and_functions(db):
+    db.execute_sql("DROP TRIGGER IF EXISTS plantstore_throttle_lease_v1 ON delivery")
+    for name in reversed(FUNCTIONS):
+        db.execute_sql(f"DROP FUNCTION IF EXISTS {name}")
+
+
 def up(migrator, db):
-    if not isinstance(migrator, SqliteMigrator):
-        for statement in LOCKS_IN_THE_SERVICE_ORDER:
-            db.execute_sql(statement)
-    migrator.migrate(
-        migrator.add_column(TABLE, "rate_limit", IntegerField(null=True)),
-        migrator.add_column(TABLE, "throttle_tokens", FloatField(null=True)),
-        migrator.add_column(TABLE, "throttle_refilled_at", DateTimeField(null=True)),
-    )
-    if not isinstance(migrator, SqliteMigrator):
-        for name in FUNCTIONS:
-            db.execute_sql(function_text(name))
-        db.execute_sql(LEASE_TRIGGER)
+    if isinstance(migrator, SqliteMigrator):
+        with db.atomic():
+            migrator.migrate(
+                migrator.add_column(TABLE, "rate_limit", IntegerField(null=True)),
+                migrator.add_column(TABLE, "throttle_tokens", FloatField(null=True)),
+                migrator.add_column(TABLE, "throttle_refilled_at", DateTimeField(null=True)),
+            )
+        return
+    giving_way(db, lambda: db.execute_sql(ADD_COLUMNS), "up 0011: subscription's columns")
+    giving_way(db, lambda: _create_functions_and_trigger(db), "up 0011: delivery's trigger")
 
 
 def down(migrator, db):
-    if not isinstance(migrator, SqliteMigrator):
-        for statement in LOCKS_IN_THE_SERVICE_ORDER:
-            db.execute_sql(statement)
-        db.execute_sql("DROP TRIGGER plantstore_throttle_lease_v1 ON delivery")
-        for name in reversed(FUNCTIONS):
-            db.execute_sql(f"DROP FUNCTION {name}")
-    migrator.migrate(*(migrator.drop_column(TABLE, column) for column in
-                       ("throttle_refilled_at", "throttle_tokens", "rate_limit")))
+    if isinstance(migrator, SqliteMigrator):
+        with db.atomic():
+            migrator.migrate(*(migrator.drop_column(TABLE, column) for column in
+                               ("throttle_refilled_at", "throttle_tokens", "rate_limit")))
+        return
+    giving_way(db, lambda: _drop_trigger_and_functions(db), "down 0011: delivery's trigger")
+    giving_way(db, lambda: db.execute_sql(DROP_COLUMNS), "down 0011: subscription's columns")
