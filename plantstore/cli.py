@@ -46,9 +46,15 @@ def db_upgrade(expand):
     """Apply every pending migration (with --expand: those the release before
     can run beside)."""
     applied = db.upgrade(expand=expand)
-    click.echo("\n".join(f"applied {name}" + (f" (gave way to the service {times} times)"
-                                               if times else "")
-                         for name, times in applied) or "up to date")
+    click.echo("\n".join(f"applied {name}{_gave_way(times)}" for name, times in applied)
+               or "up to date")
+
+
+def _gave_way(times):
+    """What ``db upgrade`` adds to a migration that gave way to the service."""
+    if not times:
+        return ""
+    return f" (gave way to the service {times} time{'s' if times > 1 else ''})"
 
 
 @db_cli.command("check")
