@@ -18,10 +18,12 @@ again (under load a create's transaction can outlast the first), never
 more than ``DEADLOCK_TIMEOUT_SHARE`` of the server's ``deadlock_timeout``.
 The service waits at most that long for a lock the migration holds, and
 no deadlock forms: the migration gives way before the detector, which
-starts looking only after ``deadlock_timeout``, would pick a victim. A migration marked ``atomic =
-False`` (0013) manages its own transactions and tries the same way itself.
-SQLite takes a database-wide write lock with its own write wait: nothing
-to add there.
+starts looking only after ``deadlock_timeout``, would pick a victim.
+
+A migration marked ``atomic = False`` runs its own transactions: 0011 runs
+each through ``giving_way``, one table per transaction; 0013 tries each
+table's change the same way in its own loop. SQLite takes a database-wide
+write lock with its own write wait: nothing to add there.
 """
 import collections
 import logging

@@ -76,6 +76,7 @@ def function_text(name):
 
 
 def _has_trigger(db):
+    """Whether an earlier run already created the functions and the trigger."""
     return bool(db.execute_sql("SELECT count(*) FROM pg_trigger "
                                "WHERE tgname = 'plantstore_throttle_lease_v1'").fetchone()[0])
 
