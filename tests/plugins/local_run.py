@@ -89,9 +89,11 @@ class Background:
                                         start_new_session=True)
 
     def output(self):
-        """Everything it wrote so far."""
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
+        """Everything it wrote so far (read at offset 0 without moving the
+        file's offset, which the command's own writes share: a seek here
+        would make them land at the start, over what it wrote before)."""
+        fd = self.log.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
     def wait_for_output(self, pattern, timeout=90.0):
         """The first match of ``pattern`` in its output; fails if it exits first."""
