@@ -77,7 +77,8 @@ def _waits_for_a_lock(probe, other_than):
     """True while a session other than ``other_than`` (pids) waits for a lock."""
     with probe.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                       "AND pid <> ALL(%s)", (list(other_than),))
+                       "AND datname = current_database() AND pid <> ALL(%s)",
+                       (list(other_than),))
         return cursor.fetchone()[0] > 0
 
 
