@@ -499,3 +499,83 @@ def test_a_slot_released_while_the_worker_claimed_is_not_waited_for_again():
     slots.release(jobs[0])  # ... and an attempt ends meanwhile
     assert slots.wait_for_release(room.releases, timeout=10)  # at once, not at the next end
     assert not slots.wait_for_release(slots.room().releases, timeout=0.01)
+
+
+def waiting_job_of(owner, subscription, lease_left=True):
+    """What ``Slots`` reads of a job that may wait: ``lease_left`` says
+    whether its lease still outlasts an attempt."""
+    return types.SimpleNamespace(owner_key=owner, subscription_id=subscription,
+                                 may_start=lambda send_bound: lease_left)
+
+
+def test_a_worker_claims_as_many_again_as_its_slots_to_wait_for_one():
+    slots = Slots(4, 2, ahead=True)
+    assert (slots.room().free, slots.room().receiver_default) == (8, 4)
+    assert slots.room(for_waiting=False).free == 4
+    jobs = [waiting_job_of("a", "r") for _ in range(5)]
+    assert [slots.try_take(job) for job in jobs[:3]] == [True, True, False]
+    assert [slots.wait(job) for job in jobs[2:]] == [True, True, False]  # r's 2 may wait
+    assert slots.room().receivers == {"r": 0} and slots.room().free == 4
+    assert slots.room(for_waiting=False).receivers == {"r": 0}
+
+
+def test_a_web_process_lets_nothing_wait():
+    slots = Slots(4, 2)
+    assert slots.room().free == 4
+    assert not slots.wait(waiting_job_of("a", "r"))
+
+
+def test_an_ended_attempt_hands_its_slot_to_a_job_of_its_own_receiver_first():
+    slots = Slots(2, 1, ahead=True)
+    first_r, first_s = waiting_job_of("a", "r"), waiting_job_of("b", "s")
+    assert slots.try_take(first_r) and slots.try_take(first_s)
+    waiting_for_s, waiting_for_r = waiting_job_of("b", "s"), waiting_job_of("a", "r")
+    assert slots.wait(waiting_for_s) and slots.wait(waiting_for_r)  # s's waits longer
+    assert slots.release(first_r, take_next=True) == (waiting_for_r, [])
+    assert slots.release(first_s, take_next=True) == (waiting_for_s, [])
+    assert slots.held() == 2 and slots.waiting() == 0
+
+
+def test_a_failed_attempt_gives_back_the_jobs_waiting_for_its_receiver():
+    slots = Slots(2, 1, ahead=True)
+    attempt, other = waiting_job_of("a", "r"), waiting_job_of("b", "s")
+    assert slots.try_take(attempt) and slots.try_take(other)
+    same = [waiting_job_of("a", "r")]
+    elsewhere = waiting_job_of("a", "t")
+    assert slots.wait(same[0]) and slots.wait(elsewhere)
+    taken, stale = slots.release(attempt, failed=True, take_next=True)
+    assert taken is elsewhere and stale == same  # the next claim sees the breaker
+    assert slots.waiting() == 0
+
+
+def test_a_waiting_job_whose_lease_ran_short_is_given_back_never_started():
+    slots = Slots(3, 2, ahead=True)  # owner a's share: 2
+    attempts = [waiting_job_of("a", "r"), waiting_job_of("a", "r")]
+    assert all(slots.try_take(job) for job in attempts)
+    short, fine = waiting_job_of("a", "r", lease_left=False), waiting_job_of("a", "r")
+    assert slots.wait(short) and slots.wait(fine)
+    assert slots.release(attempts[0], take_next=True) == (fine, [short])
+    slots.release(attempts[1])
+    late = waiting_job_of("a", "r", lease_left=False)
+    assert slots.wait(late)
+    assert slots.start_waiting() == ([], [late])
+    assert slots.waiting() == 0
+
+
+def test_a_stopping_worker_starts_no_waiting_job_and_gives_them_all_back():
+    slots = Slots(1, 1, ahead=True)
+    attempt, waiting = waiting_job_of("a", "r"), waiting_job_of("a", "r")
+    assert slots.try_take(attempt) and slots.wait(waiting)
+    assert slots.release(attempt, take_next=False) == (None, [])
+    assert slots.give_up_waiting() == [waiting] and slots.waiting() == 0
+
+
+def test_the_claiming_loop_waits_for_a_claims_worth_of_ended_attempts():
+    slots = Slots(4, 4)
+    jobs = [job_of("a", "r") for _ in range(3)]
+    assert all(slots.try_take(job) for job in jobs)
+    since = slots.room().releases
+    slots.release(jobs[0])
+    assert not slots.wait_for_release(since, timeout=0.01, count=2)
+    slots.release(jobs[1])
+    assert slots.wait_for_release(since, timeout=10, count=2)

@@ -12,7 +12,8 @@ from collections import Counter
 
 import pytest
 
-from helpers import create_plant, free_port, plantstore_env, run_plantstore
+from helpers import create_plant, free_port, plantstore_env, run_plantstore, wait_until
+from plantstore import clock
 from plantstore.gunicorn import finish_webhook_attempts
 from plantstore.models import Attempt, Delivery, Plant, Subscription
 from plantstore.webhooks import queue
@@ -139,6 +140,35 @@ def test_worker_once_claims_again_when_the_attempts_it_waited_on_ended_during_it
 
     assert tally["delivered"] == events, tally
     assert {d.status for d in Delivery.select()} == {Delivery.DELIVERED}
+
+
+# Attempts held by the receiver until released: long enough a read timeout
+# and lease that nothing times out while the test looks.
+@pytest.mark.app_config({**SHORT_LEASES, "WEBHOOK_SENDS_PER_RECEIVER": 2, "WORKER_THREADS": 4,
+                         "WEBHOOK_READ_TIMEOUT": 20, "WEBHOOK_LEASE_SECONDS": 120})
+def test_a_worker_claims_ahead_of_its_slots_and_gives_the_waiting_jobs_back_unsent_on_stop(
+        app, runner, alice, make_receiver):
+    receiver = make_receiver(Answer(200, delay=60))  # answers once released
+    subscribe(runner, receiver.url)
+    store_plants(app, range(1, 11), give_back=True)
+    worker = Worker(settings_of(app))
+    thread = threading.Thread(target=worker.run_forever)
+    thread.start()
+    try:
+        receiver.wait_for(2)  # the receiver's two slots
+        leased = Delivery.select().where(Delivery.locked_until > clock.now())
+        wait_until(lambda: leased.count() == 4, timeout=10,
+                   message=lambda: f"{leased.count()} deliveries leased, expected 2 under "
+                                   "way and 2 waiting for their slots")
+    finally:
+        worker.stop()
+        receiver.released.set()
+        thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert len(receiver.requests) == 2
+    assert Delivery.select().where(Delivery.status == Delivery.DELIVERED).count() == 2
+    assert not leased.exists()  # the two waiting were given back, not left to their lease
+    assert Attempt.select().count() == 2
 
 
 @pytest.mark.slow

@@ -86,7 +86,16 @@ class OutcomeWriter:
                 self._thread = threading.Thread(target=self._run, name="webhook-outcomes",
                                                 daemon=True)
                 self._thread.start()
-            self._changed.notify_all()
+            if self._ends_gathering():
+                self._changed.notify_all()
+
+    def _ends_gathering(self):
+        """Whether what was just put may end the writer thread's wait: the
+        first of a batch (it starts gathering) and the one that fills a
+        write. The others join the batch as it gathers without waking it (a
+        wake per outcome costs the senders' CPU)."""
+        waiting = len(self._outcomes) + len(self._give_backs)
+        return waiting == 1 or len(self._outcomes) >= LARGEST_WRITE
 
     def unwritten(self):
         """How many outcomes and give-backs wait to be written."""

@@ -1,4 +1,5 @@
-"""The sending slots of one process, shared fairly between receivers and owners.
+"""The sending slots of one process, shared fairly between receivers and
+owners, and the claimed jobs waiting for one.
 
 A process makes at most ``total`` attempts at once. One subscription holds
 at most ``per_receiver`` of them (never more than ``total``). One owner (a
@@ -7,6 +8,16 @@ owner) holds at most its share: the slots, less one kept free for an owner
 that holds none, divided between the owners that hold slots (at least one
 each). A slow receiver keeps its slots longer, so it uses up its own share
 and its owner's, never anyone else's.
+
+A worker also claims ahead (``ahead``): as many jobs again as its slots,
+per receiver and per owner as many again as their room, wait here for a
+slot, so that its senders never wait for a claim. When an attempt ends,
+its sender takes the next waiting job that may have the slot, of its own
+receiver first (``release``). A waiting job starts only while its lease
+outlasts its attempt (``Job.may_start``); it is given back unsent when its
+lease runs short, when an attempt at its receiver fails (the next claim
+sees what the failure did: an opened breaker, a 410's disabling) and when
+the worker stops.
 """
 import collections
 import dataclasses
@@ -15,28 +26,34 @@ import threading
 
 @dataclasses.dataclass(frozen=True)
 class Room:
-    """How many more attempts a process takes now: in all, per receiver and
-    per owner (the maps name those with slots held; others get the default),
-    and how many slots had been released when it was read."""
+    """How many more jobs a process takes now: in all, per receiver and per
+    owner (the maps name those with slots held or jobs waiting; others get
+    the default), and how many slots had been released when it was read."""
     free: int
     receiver_default: int
     owner_default: int
-    receivers: dict  # subscription id -> attempts it may still take
-    owners: dict  # owner key -> attempts it may still take
+    receivers: dict  # subscription id -> jobs it may still take
+    owners: dict  # owner key -> jobs it may still take
     releases: int
 
 
 class Slots:
-    """Counts the slots held, and decides who may take one."""
+    """Counts the slots held, decides who may take one, and keeps the jobs
+    waiting for one (none unless ``ahead``; they start only while their
+    lease outlasts ``send_bound``, the longest an attempt takes)."""
 
-    def __init__(self, total, per_receiver):
+    def __init__(self, total, per_receiver, ahead=False, send_bound=0.0):
         self.total = total
         self.per_receiver = min(per_receiver, total)
+        self.rounds = 2 if ahead else 1  # slots' worth of jobs a claim may hold
+        self.send_bound = send_bound
         self._changed = threading.Condition()
         self._receivers = collections.Counter()
         self._owners = collections.Counter()
         self._held = 0
         self._releases = 0  # ever, so that a waiter can tell whether one came since
+        self._wake_at = 0  # the releases the claiming loop waits for (see wait_for_release)
+        self._waiting = []  # jobs claimed ahead, in the order claimed
 
     def _share(self, owners):
         """The most slots one of ``owners`` owners may hold."""
@@ -56,8 +73,24 @@ class Slots:
             self._owners[job.owner_key] += 1
             return True
 
-    def release(self, job):
-        """Give back ``job``'s slot (its attempt ended)."""
+    def wait(self, job):
+        """Keep ``job`` until a slot frees for it, if the process claims ahead
+        and its receiver has room to wait; whether it waits."""
+        with self._changed:
+            waiting_there = sum(other.subscription_id == job.subscription_id
+                                for other in self._waiting)
+            if (len(self._waiting) >= (self.rounds - 1) * self.total
+                    or waiting_there >= (self.rounds - 1) * self.per_receiver):
+                return False
+            self._waiting.append(job)
+            return True
+
+    def release(self, job, failed=False, take_next=False):
+        """Give back ``job``'s slot (its attempt ended); after a ``failed``
+        attempt, the jobs waiting for its receiver are given back too. With
+        ``take_next``, the slot goes to the next waiting job that may have it
+        (of the same receiver first). Returns (that job with its slot taken,
+        or None; the waiting jobs to give back unsent)."""
         with self._changed:
             self._held -= 1
             self._releases += 1
@@ -66,30 +99,89 @@ class Slots:
                 counter[key] -= 1
                 if not counter[key]:
                     del counter[key]
-            self._changed.notify_all()
+            stale = []
+            if failed:
+                stale = [other for other in self._waiting
+                         if other.subscription_id == job.subscription_id]
+                self._waiting = [other for other in self._waiting
+                                 if other.subscription_id != job.subscription_id]
+            started = self._start_waiting(job.subscription_id, stale, most=1) if take_next else []
+            if self._releases >= self._wake_at or not self._held:
+                self._changed.notify_all()
+            return (started[0] if started else None), stale
+
+    def start_waiting(self):
+        """Take a slot for every waiting job that may have one now. Returns
+        (those jobs; the jobs whose lease ran short, to give back unsent)."""
+        with self._changed:
+            stale = []
+            return self._start_waiting(None, stale, most=self.total), stale
+
+    def _start_waiting(self, preferred_receiver, stale, most):
+        """Take slots for up to ``most`` waiting jobs, ``preferred_receiver``'s
+        first; those whose lease ran short go to ``stale``."""
+        started, gone = [], set()
+        for job in sorted(self._waiting, key=lambda j: j.subscription_id != preferred_receiver):
+            if len(started) >= most:
+                break
+            if not job.may_start(self.send_bound):
+                stale.append(job)
+            elif self.try_take(job):
+                started.append(job)
+            else:
+                continue
+            gone.add(id(job))
+        if gone:
+            self._waiting = [job for job in self._waiting if id(job) not in gone]
+        return started
+
+    def give_up_waiting(self):
+        """Every waiting job, no longer waiting (to give back unsent)."""
+        with self._changed:
+            waiting, self._waiting = self._waiting, []
+            return waiting
 
     def held(self):
         """How many slots are held."""
         with self._changed:
             return self._held
 
-    def room(self):
-        """What the process may take now (see ``Room``)."""
+    def waiting(self):
+        """How many jobs wait for a slot."""
         with self._changed:
+            return len(self._waiting)
+
+    def room(self, for_waiting=True):
+        """What the process may take now (see ``Room``): for its free slots,
+        and (unless not ``for_waiting``) for jobs waiting for one."""
+        with self._changed:
+            rounds = self.rounds if for_waiting else 1
+            waits = rounds > 1
+            holders = collections.Counter(self._receivers)
+            owners = collections.Counter(self._owners)
+            if waits:
+                holders.update(job.subscription_id for job in self._waiting)
+                owners.update(job.owner_key for job in self._waiting)
             share = self._share(len(self._owners))
             return Room(
-                free=self.total - self._held,
-                receiver_default=self.per_receiver,
-                owner_default=self._share(len(self._owners) + 1),
-                receivers={sid: self.per_receiver - n for sid, n in self._receivers.items()},
-                owners={owner: max(0, share - n) for owner, n in self._owners.items()},
+                free=rounds * self.total - self._held - waits * len(self._waiting),
+                receiver_default=rounds * self.per_receiver,
+                owner_default=rounds * self._share(len(self._owners) + 1),
+                receivers={sid: rounds * self.per_receiver - n for sid, n in holders.items()},
+                owners={owner: max(0, rounds * share - n) for owner, n in owners.items()},
                 releases=self._releases)
 
-    def wait_for_release(self, since, timeout):
-        """Wait until a slot is released after ``since`` (a ``Room``'s
-        ``releases``): at once if one was already; False on timeout."""
+    def wait_for_release(self, since, timeout, count=1):
+        """Wait until ``count`` slots were released after ``since`` (a
+        ``Room``'s ``releases``): at once if they were already; False on
+        timeout. For one waiting thread at a time (the worker's claiming loop)."""
         with self._changed:
-            return self._changed.wait_for(lambda: self._releases != since, timeout)
+            self._wake_at = since + count  # one waiter: releases before it wake nobody
+            try:
+                return self._changed.wait_for(lambda: self._releases >= self._wake_at,
+                                              timeout)
+            finally:
+                self._wake_at = 0
 
     def wait_until_idle(self, timeout):
         """Wait until no slot is held; False on timeout."""
@@ -102,3 +194,4 @@ class Slots:
             self._receivers.clear()
             self._owners.clear()
             self._held = 0
+            self._waiting = []

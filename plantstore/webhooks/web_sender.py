@@ -32,11 +32,12 @@ def attempt_and_put(job, settings, writer, context=None):
     """Attempt ``job`` and have its outcome written; after a failure, wait
     (at most WRITE_WAIT_SECONDS) until it is, so that the caller frees the
     slot only once the next attempt at that receiver would see what the
-    failure did (the breaker, a 410's disabling)."""
+    failure did (the breaker, a 410's disabling). Whether it was delivered."""
     result = sender.attempt(job, settings, context)
     written = writer.put(job, result)
     if not result.ok:
         written.wait(WRITE_WAIT_SECONDS)
+    return result.ok
 
 
 class WebSender:

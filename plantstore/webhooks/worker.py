@@ -1,20 +1,21 @@
 """The delivery worker: claim what is due, attempt it, record what happened.
 
 Any number of workers, on any number of machines, may share one database.
-A worker claims at most as many due deliveries as it has free slots
-(``WORKER_THREADS``, shared fairly between receivers and owners: see
-``Slots``), fairly across subscriptions and owners (see ``queue.claim``),
-starts their attempts, and claims again when one ends, but no sooner than
-``WORKER_CLAIM_COOLDOWN`` after its last claim (River's fetch cooldown):
-the slots freed meanwhile are filled by one claim. While its outcome
-writer holds more than its bound of unwritten outcomes, it claims nothing
-until they drain (``OutcomeWriter.backlogged``). Claimed rows
-are leased by the database's clock and fenced by a token, so no event is
-sent twice at once, whatever the hosts' clocks say; an attempt starts only
-while its lease outlasts it (``Job.may_start``), else it is given back.
-While a receiver's circuit breaker is open, its deliveries wait; one probe
-attempt per cooldown goes out (see ``rules``). Between claims the worker
-runs the housekeeping tasks (``maintenance``).
+A worker claims due deliveries for its free slots (``WORKER_THREADS``,
+shared fairly between receivers and owners) and as many again to wait for
+a slot (see ``Slots``), fairly across subscriptions and owners (see
+``queue.claim``). A sender whose attempt ends takes the next waiting job at
+once, so senders never wait for a claim; the worker claims again when one
+does, but no sooner than ``WORKER_CLAIM_COOLDOWN`` after its last claim
+(River's fetch cooldown): the room freed meanwhile is filled by one claim.
+While its outcome writer holds more than its bound of unwritten outcomes,
+it claims nothing until they drain (``OutcomeWriter.backlogged``). Claimed
+rows are leased by the database's clock and fenced by a token, so no event
+is sent twice at once, whatever the hosts' clocks say; an attempt starts
+only while its lease outlasts it (``Job.may_start``), else it is given
+back. While a receiver's circuit breaker is open, its deliveries wait; one
+probe attempt per cooldown goes out (see ``rules``). Between claims the
+worker runs the housekeeping tasks (``maintenance``).
 """
 import collections
 import concurrent.futures
@@ -54,12 +55,14 @@ class Worker:
         self.settings = settings
         self.stopping = threading.Event()
         self.tally = collections.Counter()  # outcome kinds, counted by the writer's thread
-        self.slots = Slots(settings.worker_threads, settings.sends_per_receiver)
+        self.slots = Slots(settings.worker_threads, settings.sends_per_receiver, ahead=True,
+                           send_bound=settings.send_bound)
         self.writer = OutcomeWriter(settings, on_written=self._count)
         self.maintenance = Maintenance(settings)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             settings.worker_threads, thread_name_prefix="webhook-send")
         self._last_claim = float("-inf")  # time.monotonic() of the last claim
+        self._releases_at_claim = 0  # Slots' releases when the last claim's room was read
 
     def _count(self, kinds):
         self.tally.update(kind or "unrecorded" for kind in kinds)
@@ -70,37 +73,65 @@ class Worker:
         self.stopping.set()
 
     def _cool_down(self):
-        """Wait until the claim cooldown since the last claim has passed (or a stop)."""
-        left = self._last_claim + self.settings.claim_cooldown - time.monotonic()
-        if left > 0:
-            self.stopping.wait(left)
+        """Wait until the claim cooldown since the last claim has passed, or
+        as many attempts as one receiver may have under way ended since (a
+        claim's worth of room freed), or a stop."""
+        while not self.stopping.is_set():
+            left = self._last_claim + self.settings.claim_cooldown - time.monotonic()
+            if left <= 0 or self.slots.wait_for_release(
+                    self._releases_at_claim, min(left, WAKE_SECONDS),
+                    count=self.slots.per_receiver):
+                return
 
     def _claim(self, room, due_by):
-        self._last_claim = time.monotonic()
+        """Claim for ``room``; the jobs, and the ids of the throttled
+        receivers among them (claimed only for free slots)."""
+        self._last_claim, self._releases_at_claim = time.monotonic(), room.releases
         with spans.claim_span() as span:
             limit = min(room.free, self.settings.batch_size)
-            caps = throttle.take_for_claim(room, limit, due_by)  # throttled receivers' rooms
+            slot_room = self.slots.room(for_waiting=False)
+            caps = throttle.take_for_claim(slot_room, min(slot_room.free, limit), due_by)
             jobs = queue.claim(limit, self.settings,
                                room.receiver_default, room.owner_default,
                                {**room.receivers, **caps}, room.owners, due_by=due_by)
             jobs = throttle.settle(caps, jobs, self.writer.give_back)
             span.claimed(job.traceparent for job in jobs)
-        return jobs
+        return jobs, caps.keys()
 
-    def _start(self, jobs):
-        """Start each job's attempt; give back those that may not start now."""
+    def _start(self, jobs, throttled):
+        """Start each job's attempt, or let it wait for a slot; give back
+        those that may do neither (a throttled receiver's token and an open
+        breaker's probe are for now, not for later)."""
         for job in jobs:
-            if (not self.stopping.is_set() and job.may_start(self.settings.send_bound)
-                    and self.slots.try_take(job)):
-                self._pool.submit(self._attempt, job)
-            else:
+            if self.stopping.is_set() or not job.may_start(self.settings.send_bound):
+                self.writer.give_back(job)
+            elif self.slots.try_take(job):
+                self._pool.submit(self._attempts, job)
+            elif (job.breaker_open or job.subscription_id in throttled
+                    or not self.slots.wait(job)):
                 self.writer.give_back(job)
 
-    def _attempt(self, job):
-        try:
-            attempt_and_put(job, self.settings, self.writer)
-        finally:
-            self.slots.release(job)
+    def _start_waiting(self):
+        """Start the waiting jobs a slot frees for now; give back those whose
+        lease ran short."""
+        started, stale = self.slots.start_waiting()
+        for job in stale:
+            self.writer.give_back(job)
+        for job in started:
+            self._pool.submit(self._attempts, job)
+
+    def _attempts(self, job):
+        """Attempt ``job``, then each waiting job its slot is handed to."""
+        while job is not None:
+            try:
+                delivered = attempt_and_put(job, self.settings, self.writer)
+            except Exception:  # its lease runs out: a worker retries it
+                log.exception("delivery %s: the attempt could not be made", job.delivery_id)
+                delivered = False
+            job, stale = self.slots.release(job, failed=not delivered,
+                                            take_next=not self.stopping.is_set())
+            for waiting in stale:
+                self.writer.give_back(waiting)
 
     def _deliver(self, due_by, until_idle):
         """Claim and attempt due deliveries until stopped (or, with
@@ -110,18 +141,19 @@ class Worker:
                 self.writer.flush(self.settings.send_bound + FINISH_MARGIN_SECONDS)
                 continue
             self._cool_down()
+            self._start_waiting()
             room = self.slots.room()
-            free = room.free
-            busy = self.slots.held() or self.writer.unwritten()
-            jobs = self._claim(room, due_by) if free else []
-            self._start(jobs)
-            if free and len(jobs) == free:
+            limit = min(room.free, self.settings.batch_size)
+            busy = self.slots.held() or self.slots.waiting() or self.writer.unwritten()
+            jobs, throttled = self._claim(room, due_by) if limit else ([], ())
+            self._start(jobs, throttled)
+            if limit and len(jobs) == limit:
                 continue  # there may be more, for other receivers
             self.maintenance.run_if_due()
             if self.slots.held():
                 self.slots.wait_for_release(room.releases, WAKE_SECONDS)
-            elif jobs:
-                continue  # they ended already: look again
+            elif jobs or self.slots.waiting():
+                continue  # they ended already, or wait for slots freed since: look again
             elif busy or self.writer.unwritten():
                 # Their rows are leased until written; once they are, what
                 # the claim skipped (a receiver at its cap, an open breaker
@@ -136,6 +168,8 @@ class Worker:
     def _finish(self):
         """Wait for attempts under way (they end by their deadline) and their outcomes."""
         bound = self.settings.send_bound + FINISH_MARGIN_SECONDS
+        for job in self.slots.give_up_waiting():
+            self.writer.give_back(job)
         try:
             if not (self.slots.wait_until_idle(bound) and self.writer.flush(bound)):
                 log.warning("webhook outcomes still unwritten at exit; their leases will "
