@@ -508,15 +508,26 @@ def waiting_job_of(owner, subscription, lease_left=True):
                                  may_start=lambda send_bound: lease_left)
 
 
-def test_a_worker_claims_as_many_again_as_its_slots_to_wait_for_one():
+def test_a_worker_claims_twice_its_slots_more_to_wait_for_one():
     slots = Slots(4, 2, ahead=True)
-    assert (slots.room().free, slots.room().receiver_default) == (8, 4)
+    assert (slots.room().free, slots.room().receiver_default) == (12, 6)
     assert slots.room(for_waiting=False).free == 4
-    jobs = [waiting_job_of("a", "r") for _ in range(5)]
+    jobs = [waiting_job_of("a", "r") for _ in range(7)]
     assert [slots.try_take(job) for job in jobs[:3]] == [True, True, False]
-    assert [slots.wait(job) for job in jobs[2:]] == [True, True, False]  # r's 2 may wait
-    assert slots.room().receivers == {"r": 0} and slots.room().free == 4
+    assert [slots.wait(job) for job in jobs[2:]] == [True] * 4 + [False]  # r's 4 may wait
+    assert slots.room().receivers == {"r": 0} and slots.room().free == 6
     assert slots.room(for_waiting=False).receivers == {"r": 0}
+    assert slots.waiting_per_receiver == 4
+
+
+@given(total=st.integers(1, 64), per_receiver=st.integers(1, 64), held=st.integers(0, 64))
+def test_jobs_waiting_never_shrink_a_claim_below_the_free_slots(total, per_receiver, held):
+    slots = Slots(total, per_receiver, ahead=True)
+    taken = sum(slots.try_take(job_of(n, n)) for n in range(min(held, total)))
+    receiver = 0
+    while slots.wait(job_of("a", receiver)) or slots.wait(job_of("a", receiver + 1)):
+        receiver += 1  # the waiting line full, over as many receivers as it takes
+    assert slots.room().free >= total - taken
 
 
 def test_a_web_process_lets_nothing_wait():

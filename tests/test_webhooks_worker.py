@@ -157,9 +157,9 @@ def test_a_worker_claims_ahead_of_its_slots_and_gives_the_waiting_jobs_back_unse
     try:
         receiver.wait_for(2)  # the receiver's two slots
         leased = Delivery.select().where(Delivery.locked_until > clock.now())
-        wait_until(lambda: leased.count() == 4, timeout=10,
+        wait_until(lambda: leased.count() == 6, timeout=10,
                    message=lambda: f"{leased.count()} deliveries leased, expected 2 under "
-                                   "way and 2 waiting for their slots")
+                                   "way and 4 waiting for their slots")
     finally:
         worker.stop()
         receiver.released.set()
@@ -167,7 +167,7 @@ def test_a_worker_claims_ahead_of_its_slots_and_gives_the_waiting_jobs_back_unse
     assert not thread.is_alive()
     assert len(receiver.requests) == 2
     assert Delivery.select().where(Delivery.status == Delivery.DELIVERED).count() == 2
-    assert not leased.exists()  # the two waiting were given back, not left to their lease
+    assert not leased.exists()  # the four waiting were given back, not left to their lease
     assert Attempt.select().count() == 2
 
 

@@ -9,19 +9,25 @@ that holds none, divided between the owners that hold slots (at least one
 each). A slow receiver keeps its slots longer, so it uses up its own share
 and its owner's, never anyone else's.
 
-A worker also claims ahead (``ahead``): as many jobs again as its slots,
-per receiver and per owner as many again as their room, wait here for a
-slot, so that its senders never wait for a claim. When an attempt ends,
+A worker also claims ahead (``ahead``): up to ``AHEAD`` slots' worth of
+jobs more than its free slots (per receiver and per owner ``AHEAD`` times
+their own room more) wait here for a slot, so that its senders never wait
+for a claim, and a claim takes many jobs at once. When an attempt ends,
 its sender takes the next waiting job that may have the slot, of its own
 receiver first (``release``). A waiting job starts only while its lease
 outlasts its attempt (``Job.may_start``); it is given back unsent when its
 lease runs short, when an attempt at its receiver fails (the next claim
 sees what the failure did: an opened breaker, a 410's disabling) and when
-the worker stops.
+the worker stops. At most ``AHEAD`` slots' worth wait in all, so the jobs
+waiting never shrink a claim below the free slots: an owner whose jobs
+wait takes no room from another owner's claim.
 """
 import collections
 import dataclasses
 import threading
+
+AHEAD = 2
+"""Slots' worth of claimed jobs that may wait in a worker, beyond its slots."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +51,7 @@ class Slots:
     def __init__(self, total, per_receiver, ahead=False, send_bound=0.0):
         self.total = total
         self.per_receiver = min(per_receiver, total)
-        self.rounds = 2 if ahead else 1  # slots' worth of jobs a claim may hold
+        self.ahead = AHEAD if ahead else 0
         self.send_bound = send_bound
         self._changed = threading.Condition()
         self._receivers = collections.Counter()
@@ -79,8 +85,8 @@ class Slots:
         with self._changed:
             waiting_there = sum(other.subscription_id == job.subscription_id
                                 for other in self._waiting)
-            if (len(self._waiting) >= (self.rounds - 1) * self.total
-                    or waiting_there >= (self.rounds - 1) * self.per_receiver):
+            if (len(self._waiting) >= self.ahead * self.total
+                    or waiting_there >= self.waiting_per_receiver):
                 return False
             self._waiting.append(job)
             return True
@@ -151,23 +157,27 @@ class Slots:
         with self._changed:
             return len(self._waiting)
 
+    @property
+    def waiting_per_receiver(self):
+        """The most jobs that wait for one receiver's slots."""
+        return self.ahead * self.per_receiver
+
     def room(self, for_waiting=True):
         """What the process may take now (see ``Room``): for its free slots,
-        and (unless not ``for_waiting``) for jobs waiting for one."""
+        and (unless not ``for_waiting``) for jobs to wait for one."""
         with self._changed:
-            rounds = self.rounds if for_waiting else 1
-            waits = rounds > 1
-            holders = collections.Counter(self._receivers)
+            rounds = 1 + (self.ahead if for_waiting else 0)
+            receivers = collections.Counter(self._receivers)
             owners = collections.Counter(self._owners)
-            if waits:
-                holders.update(job.subscription_id for job in self._waiting)
+            if rounds > 1:
+                receivers.update(job.subscription_id for job in self._waiting)
                 owners.update(job.owner_key for job in self._waiting)
             share = self._share(len(self._owners))
             return Room(
-                free=rounds * self.total - self._held - waits * len(self._waiting),
+                free=rounds * self.total - self._held - (rounds > 1) * len(self._waiting),
                 receiver_default=rounds * self.per_receiver,
                 owner_default=rounds * self._share(len(self._owners) + 1),
-                receivers={sid: rounds * self.per_receiver - n for sid, n in holders.items()},
+                receivers={sid: rounds * self.per_receiver - n for sid, n in receivers.items()},
                 owners={owner: max(0, rounds * share - n) for owner, n in owners.items()},
                 releases=self._releases)
 

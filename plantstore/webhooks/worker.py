@@ -2,12 +2,13 @@
 
 Any number of workers, on any number of machines, may share one database.
 A worker claims due deliveries for its free slots (``WORKER_THREADS``,
-shared fairly between receivers and owners) and as many again to wait for
-a slot (see ``Slots``), fairly across subscriptions and owners (see
+shared fairly between receivers and owners) and more to wait for a slot
+(see ``Slots``), fairly across subscriptions and owners (see
 ``queue.claim``). A sender whose attempt ends takes the next waiting job at
-once, so senders never wait for a claim; the worker claims again when one
-does, but no sooner than ``WORKER_CLAIM_COOLDOWN`` after its last claim
-(River's fetch cooldown): the room freed meanwhile is filled by one claim.
+once, so senders never wait for a claim. The worker claims again when
+attempts end, but no sooner than ``WORKER_CLAIM_COOLDOWN`` after its last
+claim (River's fetch cooldown), or once as many ended as may wait for one
+receiver: the room freed meanwhile is filled by one claim.
 While its outcome writer holds more than its bound of unwritten outcomes,
 it claims nothing until they drain (``OutcomeWriter.backlogged``). Claimed
 rows are leased by the database's clock and fenced by a token, so no event
@@ -74,13 +75,13 @@ class Worker:
 
     def _cool_down(self):
         """Wait until the claim cooldown since the last claim has passed, or
-        as many attempts as one receiver may have under way ended since (a
-        claim's worth of room freed), or a stop."""
+        as many attempts as may wait for one receiver ended since (a claim's
+        worth of room freed), or a stop."""
         while not self.stopping.is_set():
             left = self._last_claim + self.settings.claim_cooldown - time.monotonic()
             if left <= 0 or self.slots.wait_for_release(
                     self._releases_at_claim, min(left, WAKE_SECONDS),
-                    count=self.slots.per_receiver):
+                    count=self.slots.waiting_per_receiver):
                 return
 
     def _claim(self, room, due_by):
