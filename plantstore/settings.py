@@ -118,8 +118,8 @@ SETTINGS = (
             "Most seconds a webhook worker sleeps between polls when nothing is due (a "
             "random 75-100 % of it, so workers started together do not poll in step)."),
     Setting("WORKER_CLAIM_COOLDOWN", 0.015, number(0, 10),
-            "Least seconds between two claims of one webhook worker, unless a "
-            "receiver's cap of attempts ended since: the room freed meanwhile is "
+            "Least seconds between two claims of one webhook worker, unless twice "
+            "a receiver's cap of attempts ended since: the room freed meanwhile is "
             "filled by the next claim together (0: claim as each frees)."),
     Setting("WORKER_BATCH_SIZE", 50, integer(1, 1000),
             "Most deliveries one webhook worker claims at once."),

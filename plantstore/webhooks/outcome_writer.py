@@ -65,9 +65,10 @@ class OutcomeWriter:
         self._pid = None
 
     def put(self, job, result):
-        """Have ``job``'s attempt ``result`` written; an event set once it is
-        (or once writing it failed)."""
-        written = threading.Event()
+        """Have ``job``'s attempt ``result`` written. For a failed attempt, an
+        event set once it is (or once writing it failed); None for a
+        delivered one, which nobody waits for."""
+        written = None if result.ok else threading.Event()
         self._add((job, result, written), is_outcome=True)
         return written
 
@@ -133,7 +134,8 @@ class OutcomeWriter:
                 self._write([(job, result) for job, result, _ in batch], give_backs)
             finally:
                 for _, _, written in batch:
-                    written.set()
+                    if written is not None:
+                        written.set()
                 with self._changed:
                     self._unwritten -= len(batch) + len(give_backs)
                     self._changed.notify_all()

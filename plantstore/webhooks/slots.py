@@ -59,7 +59,8 @@ class Slots:
         self._held = 0
         self._releases = 0  # ever, so that a waiter can tell whether one came since
         self._wake_at = 0  # the releases the claiming loop waits for (see wait_for_release)
-        self._waiting = []  # jobs claimed ahead, in the order claimed
+        self._waiting = {}  # subscription id -> its jobs claimed ahead, in claim order
+        self._waiting_count = 0
 
     def _share(self, owners):
         """The most slots one of ``owners`` owners may hold."""
@@ -83,12 +84,12 @@ class Slots:
         """Keep ``job`` until a slot frees for it, if the process claims ahead
         and its receiver has room to wait; whether it waits."""
         with self._changed:
-            waiting_there = sum(other.subscription_id == job.subscription_id
-                                for other in self._waiting)
-            if (len(self._waiting) >= self.ahead * self.total
-                    or waiting_there >= self.waiting_per_receiver):
+            if (self._waiting_count >= self.ahead * self.total
+                    or len(self._waiting.get(job.subscription_id, ()))
+                    >= self.waiting_per_receiver):
                 return False
-            self._waiting.append(job)
+            self._waiting.setdefault(job.subscription_id, collections.deque()).append(job)
+            self._waiting_count += 1
             return True
 
     def release(self, job, failed=False, take_next=False):
@@ -107,10 +108,8 @@ class Slots:
                     del counter[key]
             stale = []
             if failed:
-                stale = [other for other in self._waiting
-                         if other.subscription_id == job.subscription_id]
-                self._waiting = [other for other in self._waiting
-                                 if other.subscription_id != job.subscription_id]
+                stale = list(self._waiting.pop(job.subscription_id, ()))
+                self._waiting_count -= len(stale)
             started = self._start_waiting(job.subscription_id, stale, most=1) if take_next else []
             if self._releases >= self._wake_at or not self._held:
                 self._changed.notify_all()
@@ -125,26 +124,33 @@ class Slots:
 
     def _start_waiting(self, preferred_receiver, stale, most):
         """Take slots for up to ``most`` waiting jobs, ``preferred_receiver``'s
-        first; those whose lease ran short go to ``stale``."""
-        started, gone = [], set()
-        for job in sorted(self._waiting, key=lambda j: j.subscription_id != preferred_receiver):
+        first, each receiver's in claim order (the oldest lease first); those
+        whose lease ran short go to ``stale``."""
+        started = []
+        receivers = sorted(self._waiting, key=lambda sid: sid != preferred_receiver)
+        for subscription_id in receivers:
+            line = self._waiting[subscription_id]
+            while line and len(started) < most:
+                job = line[0]
+                if not job.may_start(self.send_bound):
+                    stale.append(job)
+                elif self.try_take(job):
+                    started.append(job)
+                else:
+                    break  # its receiver or owner is full: so for the rest of its line
+                line.popleft()
+                self._waiting_count -= 1
+            if not line:
+                del self._waiting[subscription_id]
             if len(started) >= most:
                 break
-            if not job.may_start(self.send_bound):
-                stale.append(job)
-            elif self.try_take(job):
-                started.append(job)
-            else:
-                continue
-            gone.add(id(job))
-        if gone:
-            self._waiting = [job for job in self._waiting if id(job) not in gone]
         return started
 
     def give_up_waiting(self):
         """Every waiting job, no longer waiting (to give back unsent)."""
         with self._changed:
-            waiting, self._waiting = self._waiting, []
+            waiting = [job for line in self._waiting.values() for job in line]
+            self._waiting, self._waiting_count = {}, 0
             return waiting
 
     def held(self):
@@ -155,7 +161,7 @@ class Slots:
     def waiting(self):
         """How many jobs wait for a slot."""
         with self._changed:
-            return len(self._waiting)
+            return self._waiting_count
 
     @property
     def waiting_per_receiver(self):
@@ -170,11 +176,12 @@ class Slots:
             receivers = collections.Counter(self._receivers)
             owners = collections.Counter(self._owners)
             if rounds > 1:
-                receivers.update(job.subscription_id for job in self._waiting)
-                owners.update(job.owner_key for job in self._waiting)
+                for subscription_id, line in self._waiting.items():
+                    receivers[subscription_id] += len(line)
+                    owners[line[0].owner_key] += len(line)
             share = self._share(len(self._owners))
             return Room(
-                free=rounds * self.total - self._held - (rounds > 1) * len(self._waiting),
+                free=rounds * self.total - self._held - (rounds > 1) * self._waiting_count,
                 receiver_default=rounds * self.per_receiver,
                 owner_default=rounds * self._share(len(self._owners) + 1),
                 receivers={sid: rounds * self.per_receiver - n for sid, n in receivers.items()},
@@ -204,4 +211,4 @@ class Slots:
             self._receivers.clear()
             self._owners.clear()
             self._held = 0
-            self._waiting = []
+            self._waiting, self._waiting_count = {}, 0
