@@ -560,7 +560,7 @@ def test_a_failed_attempt_gives_back_the_jobs_waiting_for_its_receiver():
 
 
 def test_a_waiting_job_whose_lease_ran_short_is_given_back_never_started():
-    slots = Slots(3, 2, ahead=True)  # owner a's share: 2
+    slots = Slots(9, 2, ahead=True)
     attempts = [waiting_job_of("a", "r"), waiting_job_of("a", "r")]
     assert all(slots.try_take(job) for job in attempts)
     short, fine = waiting_job_of("a", "r", lease_left=False), waiting_job_of("a", "r")
@@ -571,6 +571,24 @@ def test_a_waiting_job_whose_lease_ran_short_is_given_back_never_started():
     assert slots.wait(late)
     assert slots.start_waiting() == ([], [late])
     assert slots.waiting() == 0
+
+
+def test_an_owner_holding_its_share_beside_one_more_gets_no_slot_handed_over():
+    slots = Slots(9, 9, ahead=True)  # 8 to share: 8 alone, 4 beside one more, 2 beside two
+    a_jobs = [waiting_job_of("a", n) for n in range(6)]
+    assert all(slots.try_take(job) for job in a_jobs)
+    b_job = waiting_job_of("b", "s")
+    assert slots.try_take(b_job)
+    a_waiting, b_waiting = waiting_job_of("a", 0), waiting_job_of("b", "s")
+    assert slots.wait(a_waiting) and slots.wait(b_waiting)
+    # a's attempt ends: a holds 5, over its share beside one more owner, so
+    # its slot goes to b's waiting job, not to a's (a's own receiver's)
+    assert slots.release(a_jobs[0], take_next=True) == (b_waiting, [])
+    assert slots.release(a_jobs[1], take_next=True) == (None, [])
+    assert slots.start_waiting() == ([], [])  # a holds 4 of its share of 4 beside b
+    for job in a_jobs[2:4]:
+        slots.release(job)
+    assert slots.start_waiting() == ([a_waiting], [])  # in the claiming loop: a's share
 
 
 def test_a_stopping_worker_starts_no_waiting_job_and_gives_them_all_back():

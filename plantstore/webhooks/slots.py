@@ -14,7 +14,10 @@ jobs more than its free slots (per receiver and per owner ``AHEAD`` times
 their own room more) wait here for a slot, so that its senders never wait
 for a claim, and a claim takes many jobs at once. When an attempt ends,
 its sender takes the next waiting job that may have the slot, of its own
-receiver first (``release``). A waiting job starts only while its lease
+receiver first, while its owner holds less than its share beside one more
+owner (``release``); the rest start in the claiming loop after each claim
+(``start_waiting``), so every owner with due deliveries takes its turn for
+the slots first. A waiting job starts only while its lease
 outlasts its attempt (``Job.may_start``); it is given back unsent when its
 lease runs short, when an attempt at its receiver fails (the next claim
 sees what the failure did: an opened breaker, a 410's disabling) and when
@@ -110,7 +113,8 @@ class Slots:
             if failed:
                 stale = list(self._waiting.pop(job.subscription_id, ()))
                 self._waiting_count -= len(stale)
-            started = self._start_waiting(job.subscription_id, stale, most=1) if take_next else []
+            started = (self._start_waiting(job.subscription_id, stale, most=1, handing_over=True)
+                       if take_next else [])
             if self._releases >= self._wake_at or not self._held:
                 self._changed.notify_all()
             return (started[0] if started else None), stale
@@ -122,10 +126,11 @@ class Slots:
             stale = []
             return self._start_waiting(None, stale, most=self.total), stale
 
-    def _start_waiting(self, preferred_receiver, stale, most):
+    def _start_waiting(self, preferred_receiver, stale, most, handing_over=False):
         """Take slots for up to ``most`` waiting jobs, ``preferred_receiver``'s
         first, each receiver's in claim order (the oldest lease first); those
-        whose lease ran short go to ``stale``."""
+        whose lease ran short go to ``stale``. ``handing_over``: see
+        ``_may_hand_over``."""
         started = []
         receivers = sorted(self._waiting, key=lambda sid: sid != preferred_receiver)
         for subscription_id in receivers:
@@ -134,7 +139,7 @@ class Slots:
                 job = line[0]
                 if not job.may_start(self.send_bound):
                     stale.append(job)
-                elif self.try_take(job):
+                elif (not handing_over or self._may_hand_over(job)) and self.try_take(job):
                     started.append(job)
                 else:
                     break  # its receiver or owner is full: so for the rest of its line
@@ -145,6 +150,16 @@ class Slots:
             if len(started) >= most:
                 break
         return started
+
+    def _may_hand_over(self, job):
+        """Whether an ended attempt's slot may go straight to waiting ``job``:
+        only while its owner holds less than its share beside one more
+        owner. The rest of a share is taken in the claiming loop, after its
+        claim, where every owner with due deliveries takes its turn: an
+        owner's waiting jobs never keep the slots another owner's claim
+        would have had."""
+        owners = len(self._owners) + (job.owner_key not in self._owners)
+        return self._owners[job.owner_key] < self._share(owners + 1)
 
     def give_up_waiting(self):
         """Every waiting job, no longer waiting (to give back unsent)."""
@@ -157,6 +172,11 @@ class Slots:
         """How many slots are held."""
         with self._changed:
             return self._held
+
+    def waiting_for(self, subscription_id):
+        """How many jobs wait for one receiver's slots."""
+        with self._changed:
+            return len(self._waiting.get(subscription_id, ()))
 
     def waiting(self):
         """How many jobs wait for a slot."""

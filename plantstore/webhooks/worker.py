@@ -100,13 +100,14 @@ class Worker:
         return jobs, caps.keys()
 
     def _start(self, jobs, throttled):
-        """Start each job's attempt, or let it wait for a slot; give back
-        those that may do neither (a throttled receiver's token and an open
-        breaker's probe are for now, not for later)."""
+        """Start each job's attempt, or let it wait for a slot (behind the
+        jobs already waiting for its receiver); give back those that may do
+        neither (a throttled receiver's token and an open breaker's probe
+        are for now, not for later)."""
         for job in jobs:
             if self.stopping.is_set() or not job.may_start(self.settings.send_bound):
                 self.writer.give_back(job)
-            elif self.slots.try_take(job):
+            elif not self.slots.waiting_for(job.subscription_id) and self.slots.try_take(job):
                 self._pool.submit(self._attempts, job)
             elif (job.breaker_open or job.subscription_id in throttled
                     or not self.slots.wait(job)):
@@ -142,12 +143,12 @@ class Worker:
                 self.writer.flush(self.settings.send_bound + FINISH_MARGIN_SECONDS)
                 continue
             self._cool_down()
-            self._start_waiting()
             room = self.slots.room()
             limit = min(room.free, self.settings.batch_size)
             busy = self.slots.held() or self.slots.waiting() or self.writer.unwritten()
             jobs, throttled = self._claim(room, due_by) if limit else ([], ())
             self._start(jobs, throttled)
+            self._start_waiting()  # on the slots the claim's jobs left
             if limit and len(jobs) == limit:
                 continue  # there may be more, for other receivers
             self.maintenance.run_if_due()
