@@ -5,11 +5,12 @@ A worker claims due deliveries for its free slots (``WORKER_THREADS``,
 shared fairly between receivers and owners) and more to wait for a slot
 (see ``Slots``), fairly across subscriptions and owners (see
 ``queue.claim``). A sender whose attempt ends takes the next waiting job at
-once, so senders never wait for a claim. The worker claims again when
-attempts end, but no sooner than ``WORKER_CLAIM_COOLDOWN`` after its last
-claim (River's fetch cooldown), or once as many ended as may wait for one
-receiver: the room freed meanwhile is filled by one claim.
-While its outcome writer holds more than its bound of unwritten outcomes,
+once (within its owner's share beside one more owner), so senders never
+wait for a claim; the claiming loop starts the rest after each claim.
+The worker claims again when attempts end, but no sooner than
+``WORKER_CLAIM_COOLDOWN`` after its last claim (River's fetch cooldown),
+or once as many ended as may wait for one receiver: the room freed
+meanwhile is filled by one claim. While its outcome writer holds more than its bound of unwritten outcomes,
 it claims nothing until they drain (``OutcomeWriter.backlogged``). Claimed
 rows are leased by the database's clock and fenced by a token, so no event
 is sent twice at once, whatever the hosts' clocks say; an attempt starts
