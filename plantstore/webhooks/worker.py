@@ -10,14 +10,15 @@ wait for a claim; the claiming loop starts the rest after each claim.
 The worker claims again when attempts end, but no sooner than
 ``WORKER_CLAIM_COOLDOWN`` after its last claim (River's fetch cooldown),
 or once as many ended as may wait for one receiver: the room freed
-meanwhile is filled by one claim. While its outcome writer holds more than its bound of unwritten outcomes,
-it claims nothing until they drain (``OutcomeWriter.backlogged``). Claimed
-rows are leased by the database's clock and fenced by a token, so no event
-is sent twice at once, whatever the hosts' clocks say; an attempt starts
-only while its lease outlasts it (``Job.may_start``), else it is given
-back. While a receiver's circuit breaker is open, its deliveries wait; one
-probe attempt per cooldown goes out (see ``rules``). Between claims the
-worker runs the housekeeping tasks (``maintenance``).
+meanwhile is filled by one claim. While its outcome writer holds more than
+its bound of unwritten outcomes, it claims nothing until they drain
+(``OutcomeWriter.backlogged``). Claimed rows are leased by the database's
+clock and fenced by a token, so no event is sent twice at once, whatever
+the hosts' clocks say; an attempt starts only while its lease outlasts it
+(``Job.may_start``), else it is given back. While a receiver's circuit
+breaker is open, its deliveries wait; one probe attempt per cooldown goes
+out (see ``rules``). Between claims the worker runs the housekeeping tasks
+(``maintenance``).
 """
 import collections
 import concurrent.futures
