@@ -10,8 +10,8 @@ have been delivered (the receiver counts distinct webhook-ids).
 The worker: BENCH_WORKER_DELIVERIES (5,000) deliveries due at once to a fast
 keep-alive receiver, drained by one and by two ``plantstore worker``
 processes, on each backend BENCH_DATABASE names (throwaway databases, see
-databases.py), after one drain on that backend that is not counted,
-BENCH_WORKER_ROUNDS times; with BENCH_WORKER_AGAINST (another
+databases.py), after one drain of each code on that backend that is not
+counted, BENCH_WORKER_ROUNDS times; with BENCH_WORKER_AGAINST (another
 working tree, e.g. a ``git worktree`` of an earlier release) that tree's
 worker is run in turn with this one's on the same receiver, each on a
 database in its own schema (bench/worker_queue.py). The rate is counted
@@ -249,10 +249,12 @@ def measure_worker(venv_bin, count, backends, against=None, rounds=1):
     try:
         for database in backends:
             backend = {"sqlite": "SQLite", "postgres": "PostgreSQL"}[database.name]
-            # Not counted: the first drain on a backend (a cold database
-            # server, page cache and receiver) was the slowest of its run in
-            # three runs of five.
-            _drain_once(codes[-1], database.url("worker-warm-up"), receiver.url, count, 1)
+            # Not counted: each code's first drain of a run was its slowest
+            # (a checkout just edited compiles its modules as the worker
+            # first imports them, some during the drain).
+            for index, code in enumerate(codes):
+                _drain_once(code, database.url(f"worker-warm-up-{index}"), receiver.url,
+                            count, 1)
             for workers in (1, 2):
                 runs = {code.name: [] for code in codes}
                 for round_ in range(rounds):
