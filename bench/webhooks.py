@@ -249,9 +249,9 @@ def measure_worker(venv_bin, count, backends, against=None, rounds=1):
     try:
         for database in backends:
             backend = {"sqlite": "SQLite", "postgres": "PostgreSQL"}[database.name]
-            # Not counted: each code's first drain of a run was its slowest
-            # (a checkout just edited compiles its modules as the worker
-            # first imports them, some during the drain).
+            # Not counted: each code's first drain of a run was often its
+            # slowest (most likely a checkout just edited compiling its
+            # modules as the worker first imports them, some during the drain).
             for index, code in enumerate(codes):
                 _drain_once(code, database.url(f"worker-warm-up-{index}"), receiver.url,
                             count, 1)
