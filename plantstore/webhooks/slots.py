@@ -95,6 +95,16 @@ class Slots:
             self._waiting_count += 1
             return True
 
+    def take_or_wait(self, job, may_wait):
+        """Place a newly claimed ``job``: take a slot for it if none of its
+        receiver's jobs waits (they go first) and one is free, else keep it
+        waiting if ``may_wait`` and there is room. Returns ``"slot"``,
+        ``"waiting"`` or None (neither: give it back)."""
+        with self._changed:
+            if not self._waiting.get(job.subscription_id) and self.try_take(job):
+                return "slot"
+            return "waiting" if may_wait and self.wait(job) else None
+
     def release(self, job, failed=False, take_next=False):
         """Give back ``job``'s slot (its attempt ended); after a ``failed``
         attempt, the jobs waiting for its receiver are given back too. With
@@ -172,11 +182,6 @@ class Slots:
         """How many slots are held."""
         with self._changed:
             return self._held
-
-    def waiting_for(self, subscription_id):
-        """How many jobs wait for one receiver's slots."""
-        with self._changed:
-            return len(self._waiting.get(subscription_id, ()))
 
     def waiting(self):
         """How many jobs wait for a slot."""

@@ -107,12 +107,13 @@ class Worker:
         neither (a throttled receiver's token and an open breaker's probe
         are for now, not for later)."""
         for job in jobs:
-            if self.stopping.is_set() or not job.may_start(self.settings.send_bound):
-                self.writer.give_back(job)
-            elif not self.slots.waiting_for(job.subscription_id) and self.slots.try_take(job):
+            placed = None
+            if not self.stopping.is_set() and job.may_start(self.settings.send_bound):
+                placed = self.slots.take_or_wait(job, may_wait=not (
+                    job.breaker_open or job.subscription_id in throttled))
+            if placed == "slot":
                 self._pool.submit(self._attempts, job)
-            elif (job.breaker_open or job.subscription_id in throttled
-                    or not self.slots.wait(job)):
+            elif placed is None:
                 self.writer.give_back(job)
 
     def _start_waiting(self):
