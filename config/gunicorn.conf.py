@@ -56,7 +56,7 @@ workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2)
 # with and without nginx). sync workers cost less CPU per request (0.62-0.80x
 # behind nginx) but serve one request per process: a stalled SQLite writer
 # or a hung database then holds every process, and /healthz with it
-# (tests/test_sqlite_stall.py fails on sync). Threads keep a worker
+# (tests/storage/test_sqlite_stall.py fails on sync). Threads keep a worker
 # answering while some of its requests wait.
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gthread")
 # Eight threads, chosen on PostgreSQL (make bench-ab, 5 alternating runs of

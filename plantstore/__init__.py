@@ -15,10 +15,10 @@ from .ratelimit import init_rate_limits
 from .request_body import Request
 from .request_ids import init_request_ids
 from .tracing import init_app as init_tracing
-from .webhooks import backlog as webhook_backlog
-from .webhooks import gauges as webhook_gauges
+from .webhooks.commands import gauges as webhook_gauges
 from .webhooks.config import init_app as init_webhooks
-from .webhooks.routes import blp as webhooks_blp
+from .webhooks.engine import backlog as webhook_backlog
+from .webhooks.subscriptions.routes import blp as webhooks_blp
 
 __version__ = "1.0.0"
 

@@ -1,7 +1,7 @@
 """The ``plantstore`` command: the operators' commands, and nothing of Flask's.
 
 ``plantstore db``, ``users`` and ``tokens`` live here, the webhook groups in
-``webhooks/cli.py``, ``webhooks/delivery_cli.py`` and ``webhooks/keys_cli.py``. Each command runs in
+``webhooks/commands/`` (``webhooks.py``, ``deliveries.py``, ``keys.py``). Each command runs in
 the app's context, prints what a script needs on stdout and explains a
 failure in one line on stderr with a non-zero exit: 2 for a bad argument, 1
 for anything else (an unusable setting, an unreachable database), never a
@@ -20,9 +20,9 @@ from .cli_params import NEW_USER_NAME, ROW_ID, USER_NAME, days
 from .logs import configure_process_logging
 from .models import Token, User
 from .settings import SettingError
-from .webhooks.cli import webhooks_cli
-from .webhooks.delivery_cli import deliveries_cli, worker_cli
-from .webhooks.keys_cli import keys_cli
+from .webhooks.commands.deliveries import deliveries_cli, worker_cli
+from .webhooks.commands.keys import keys_cli
+from .webhooks.commands.webhooks import webhooks_cli
 
 
 def _find_user(name):

@@ -4,7 +4,8 @@ rotated out) and bearer tokens, under ``PLANTSTORE_ENCRYPTION_KEYS``.
 The keys are Fernet keys (``cryptography``: AES-128-CBC with HMAC-SHA256,
 authenticated); the first encrypts, every one decrypts (``MultiFernet``), so
 an operator rotates by putting a new key first and rewriting what is stored
-(``plantstore keys reencrypt``, see ``webhooks/stored_secrets.py``). A stored value says
+(``plantstore keys reencrypt``, see ``webhooks/subscriptions/stored_secrets.py``).
+A stored value says
 whether it is encrypted: ``fernet:`` then the token. No plain secret can
 begin so (``whsec_`` secrets and RFC 6750 bearer tokens hold no ``:``), so
 plain and encrypted rows coexist while a database is being encrypted.

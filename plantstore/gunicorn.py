@@ -33,8 +33,8 @@ from prometheus_client import multiprocess
 
 from . import encryption, logs, settings, tracing
 from .db import configured_database, database
-from .webhooks import stored_secrets
 from .webhooks.config import web_sender_of
+from .webhooks.subscriptions import stored_secrets
 
 
 class JSONAccessLogger(glogging.Logger):

@@ -82,7 +82,7 @@ class Subscription(BaseModel):
     bearer_token = TextField(null=True)
     secret = TextField()
     # JSON list of {"secret", "expires_at"}: rotated-out secrets that still
-    # sign until their overlap ends (see webhooks/secrets.py); NULL: none.
+    # sign until their overlap ends (see webhooks/subscriptions/secrets.py); NULL: none.
     retired_secrets = TextField(null=True)
     is_active = BooleanField(default=True)
     disabled_reason = TextField(null=True)
@@ -97,7 +97,7 @@ class Subscription(BaseModel):
     failure_streak = IntegerField(default=0)
     breaker_opened_at = DateTimeField(null=True)
     breaker_probe_at = DateTimeField(null=True)
-    # The throttle (see webhooks/throttle.py): deliveries per second (NULL: no
+    # The throttle (see webhooks/engine/throttle.py): deliveries per second (NULL: no
     # limit), and its token bucket as of the database's time of its refill.
     rate_limit = IntegerField(null=True)
     throttle_tokens = FloatField(null=True)
@@ -118,7 +118,7 @@ class Delivery(BaseModel):
     attempts = IntegerField(default=0)
     next_attempt_at = DateTimeField(default=utcnow)
     locked_until = DateTimeField(null=True)  # by the database's clock (see clock.py)
-    lease = IntegerField(default=0)  # the fence: bumped by every claim (see webhooks/queue.py)
+    lease = IntegerField(default=0)  # the fence, bumped by every claim (webhooks/engine/queue.py)
     traceparent = TextField(null=True)  # the W3C trace context of the create
     last_error = TextField(null=True)
     created_at = DateTimeField(default=utcnow)
@@ -148,7 +148,7 @@ class Attempt(BaseModel):
     error = TextField(null=True)
     duration_ms = IntegerField()
     # The start of the receiver's answer, made storable and cut to 1,024
-    # characters (webhooks/receiver_text.py); NULL: no answer.
+    # characters (webhooks/engine/receiver_text.py); NULL: no answer.
     response_body = TextField(null=True)
 
     @property

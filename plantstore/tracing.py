@@ -16,7 +16,7 @@ app's requests; ``shutdown`` flushes what is left, within ``FLUSH_SECONDS``.
 What is traced: every request is a SERVER span (the Flask instrumentation,
 continuing an incoming W3C ``traceparent``); each database statement run
 inside a request is a CLIENT span (the psycopg2 and sqlite3
-instrumentations); the webhook spans are ``webhooks/spans.py``'s.
+instrumentations); the webhook spans are ``webhooks/sending/spans.py``'s.
 Statements run outside any span (a worker's claims, outcome batches,
 housekeeping, the commands) are not traced.
 """

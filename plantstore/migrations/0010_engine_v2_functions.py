@@ -8,7 +8,7 @@ none of them is changed here; a later release drops the ones no supported
 release calls):
 
 - ``attempt.response_body``: the start of each attempt's response body,
-  made storable and bounded (``webhooks/receiver_text.py``); null for an
+  made storable and bounded (``webhooks/engine/receiver_text.py``); null for an
   attempt with no answer and for every attempt written by the release before;
 - the sequences of ``delivery``, ``attempt`` and ``idempotency_key`` as
   bigint (harmless while their columns are still int: a value past 2**31

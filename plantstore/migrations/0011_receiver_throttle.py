@@ -4,7 +4,7 @@
   limit).
 - ``throttle_tokens``: the deliveries it may be sent now, as of
   ``throttle_refilled_at`` (the database's time); NULL: a full bucket.
-  ``webhooks/throttle.py`` refills and takes them in one statement.
+  ``webhooks/engine/throttle.py`` refills and takes them in one statement.
 - PostgreSQL only: the take and the give-back as versioned PL/pgSQL
   functions (``plantstore_throttle_take_v1``, which alone refills and takes,
   ``plantstore_throttle_take_for_claim_v1``, ``plantstore_throttle_give_back_v1``),

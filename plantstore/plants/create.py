@@ -25,8 +25,9 @@ from ..auth import TokenRefused
 from ..db import database, is_sqlite
 from ..idempotency import KeyTaken
 from ..named_sql import Queries
-from ..webhooks import queue, spans
-from ..webhooks.store import sqlite as sqlite_deliveries
+from ..webhooks.engine import queue
+from ..webhooks.engine.store import sqlite as sqlite_deliveries
+from ..webhooks.sending import spans
 
 SQL_DIR = os.path.join(os.path.dirname(__file__), "sql")
 POSTGRES = Queries(os.path.join(SQL_DIR, "postgres.sql"))

@@ -6,7 +6,7 @@ hands their jobs to ``announce``.
 from flask import json
 
 from ..db import database
-from . import spans
+from .sending import spans
 
 NEW_PLANT_EVENT = "plant.created"
 

@@ -9,7 +9,7 @@ attempt deliveries right after creates).
 import dataclasses
 
 EXTENSION_KEY = "plantstore.webhooks"
-SENDER_KEY = "plantstore.webhooks.web_sender"
+SENDER_KEY = "plantstore.webhooks.sending.web_sender"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +78,7 @@ def init_app(app):
     """Gather the webhook settings of ``app`` and make its web sender (whose
     threads start with the first attempt)."""
     from .. import __version__
-    from .web_sender import WebSender
+    from .sending.web_sender import WebSender
     settings = app.extensions[EXTENSION_KEY] = from_config(app.config, __version__)
     app.extensions[SENDER_KEY] = WebSender(settings)
 

@@ -29,8 +29,9 @@ from plantstore import clock
 from plantstore.db import database
 from plantstore.models import Attempt, Delivery, Plant, User
 from plantstore.plants.create import store_plant
-from plantstore.webhooks import NEW_PLANT_EVENT, new_plant_payload, queue
+from plantstore.webhooks import NEW_PLANT_EVENT, new_plant_payload
 from plantstore.webhooks.config import settings_of
+from plantstore.webhooks.engine import queue
 
 # Sends a test expects a receiver to answer: timeouts of seconds where a
 # loopback receiver answers in milliseconds, so only the fault a test sets up

@@ -2,7 +2,7 @@
 -- Frozen once migration 0010 created it: a change is a new version (a new file).
 --
 -- _subscription_ids/_shares: how many deliveries of each subscription to
--- take (decided by webhooks/rules.py fair_shares). Each subscription's
+-- take (decided by webhooks/engine/rules.py fair_shares). Each subscription's
 -- share is taken most overdue first, skipping rows another claim holds
 -- (never waiting for them: the next due rows take their place). A
 -- subscription whose breaker is open is leased only if this claim reserves

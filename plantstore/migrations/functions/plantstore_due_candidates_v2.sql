@@ -5,7 +5,7 @@
 -- closed or whose probe is due: at most _most per subscription (one while
 -- its breaker is open), most overdue first, read through the index
 -- delivery_due_per_subscription (a claim costs the same however long the
--- backlog). webhooks/rules.py fair_shares chooses from them; a function, so
+-- backlog). webhooks/engine/rules.py fair_shares chooses from them; a function, so
 -- that its plan is kept for the session rather than made on every claim.
 CREATE FUNCTION plantstore_due_candidates_v2(_most int, _due_by timestamp)
 RETURNS TABLE (subscription_id int, owner_key int, breaker_open bool)

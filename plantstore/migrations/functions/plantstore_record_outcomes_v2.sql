@@ -4,7 +4,7 @@
 -- Each delivery moves to the status given (only under the lease its sender
 -- held), each written attempt is logged with its response body excerpt,
 -- and each subscription's breaker row takes the move given
--- (webhooks/rules.py BreakerMove: the streak, 'now'/'later'/'clear'/'keep'
+-- (webhooks/engine/rules.py BreakerMove: the streak, 'now'/'later'/'clear'/'keep'
 -- for its opening and probe times, whether it just succeeded). Nothing is
 -- decided here. Returns the ids written, as bigint.
 CREATE FUNCTION plantstore_record_outcomes_v2(

@@ -3,7 +3,7 @@
 -- Frozen once migration 0010 created it: a change is a new version (a new file).
 --
 -- The plant and one pending delivery per active subscription that hears
--- about it (webhooks/audience.py), leased to the caller unless the
+-- about it (webhooks/subscriptions/audience.py), leased to the caller unless the
 -- receiver's breaker is open. Its owner: the user of the token of digest
 -- _token_digest when that token is valid now and carries _scope; with no
 -- digest, _owner. Rows: the owner, then each delivery's job (all null when

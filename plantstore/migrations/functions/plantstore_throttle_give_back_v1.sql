@@ -3,7 +3,7 @@
 -- Frozen once migration 0011 created it: a change is a new version (a new file).
 --
 -- _ids/_counts: how many tokens each subscription gives back. The bucket's
--- cap is webhooks/rules.py's (tokens_given_back): what it held (NULL: full)
+-- cap is webhooks/engine/rules.py's (tokens_given_back): what it held (NULL: full)
 -- plus the count, at most rate_limit. Tokens for a bucket another statement
 -- holds are dropped (SKIP LOCKED: that only ever sends less).
 CREATE FUNCTION plantstore_throttle_give_back_v1(_ids int[], _counts int[])

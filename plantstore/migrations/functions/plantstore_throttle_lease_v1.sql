@@ -7,7 +7,7 @@
 -- more) through plantstore_throttle_take_v1; if there is none (or another
 -- statement holds the bucket: it never waits), it stores the delivery
 -- unleased with lease 0, which tells the web process to leave it to the
--- workers (webhooks/throttle.py LEFT_TO_WORKERS).
+-- workers (webhooks/engine/throttle.py LEFT_TO_WORKERS).
 CREATE FUNCTION plantstore_throttle_lease_v1() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE

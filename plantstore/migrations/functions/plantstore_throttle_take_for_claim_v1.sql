@@ -3,7 +3,7 @@
 --
 -- For every throttled, active receiver with due, unleased deliveries the
 -- claim may take (an open breaker's once its probe is due), takes at most
--- what the claim could give it: webhooks/rules.py claim_tokens_wanted (1,
+-- what the claim could give it: webhooks/engine/rules.py claim_tokens_wanted (1,
 -- its probe, while its breaker is open; else its room, from _ids/_rooms or
 -- _default_room, at most _limit), applied here. The tokens are taken by
 -- plantstore_throttle_take_v1. Returns (subscription id, tokens taken).

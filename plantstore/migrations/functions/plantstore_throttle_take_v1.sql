@@ -3,7 +3,7 @@
 --
 -- _ids/_wants: how many tokens each subscription wants. For each of them
 -- that is throttled (rate_limit set), returns (subscription id, tokens
--- taken). The bucket's rule is webhooks/rules.py's (bucket_level,
+-- taken). The bucket's rule is webhooks/engine/rules.py's (bucket_level,
 -- tokens_taken), applied here in one statement on the database's clock:
 -- the stored tokens (NULL: a full bucket), refilled at rate_limit a second
 -- since throttle_refilled_at, at most rate_limit; the whole tokens of that,

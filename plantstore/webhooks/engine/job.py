@@ -1,0 +1,53 @@
+"""A leased delivery, as a sender holds it (see ``queue``)."""
+import dataclasses
+import time
+
+from .store import JOB_COLUMNS
+
+LEASE_MARGIN_SECONDS = 1.0
+"""How much longer than its attempt's deadline a lease must still last for
+the attempt to start: its outcome is written inside the lease."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A leased delivery: what one attempt needs, and the lease it holds."""
+    delivery_id: int
+    message_id: str
+    payload: str
+    attempts: int  # made before this one
+    lease: int  # the token the outcome is written under
+    traceparent: str | None  # the trace of the request that queued it
+    subscription_id: int
+    owner_id: int | None  # None: an operator's subscription
+    url: str
+    bearer_token: str | None
+    secret: str
+    retired_secrets: str | None
+    breaker_open: bool
+    leased_at: float  # time.monotonic() before the lease was taken
+    lease_seconds: float
+
+    @classmethod
+    def from_row(cls, row, leased_at, lease_seconds):
+        """The job of a store's job row (a dict of ``JOB_COLUMNS``)."""
+        return cls(**{name: row[name] for name in JOB_COLUMNS},
+                   leased_at=leased_at, lease_seconds=lease_seconds)
+
+    @property
+    def restricted(self):
+        """An API subscription: sent only to permitted addresses."""
+        return self.owner_id is not None
+
+    @property
+    def owner_key(self):
+        """Whose share of the sending slots it uses (operators are owner 0)."""
+        return self.owner_id or 0
+
+    def lease_left(self):
+        """Seconds its lease surely still lasts, by this process's clock."""
+        return self.leased_at + self.lease_seconds - time.monotonic()
+
+    def may_start(self, send_bound):
+        """Whether an attempt started now ends, with its outcome, inside the lease."""
+        return self.lease_left() > send_bound + LEASE_MARGIN_SECONDS

@@ -1,0 +1,131 @@
+"""The delivery store: the one interface through which the engine reads and
+writes deliveries, with one implementation per backend (as River's drivers
+and Oban's engines): ``postgres`` and ``sqlite``. Every implementation
+passes ``tests/webhooks/engine/test_delivery_store_contract.py``.
+
+A store decides nothing: ``webhooks/engine/rules.py`` decides, ``webhooks/engine/queue.py``
+asks the rules and has the store apply what they decided. Its statements
+are named queries in ``webhooks/engine/store/<backend>.sql``. Job rows are dicts
+keyed by column name (``JOB_COLUMNS``).
+"""
+import dataclasses
+import datetime
+import uuid
+from typing import Protocol
+
+from ....db import is_sqlite
+
+JOB_COLUMNS = ("delivery_id", "message_id", "payload", "attempts", "lease", "traceparent",
+               "subscription_id", "owner_id", "url", "bearer_token", "secret",
+               "retired_secrets", "breaker_open")
+"""What a job row holds (see ``queue.Job``)."""
+
+
+def new_message_id():
+    """A delivery's webhook-id, unique to it."""
+    return f"msg_{uuid.uuid4().hex}"
+
+
+@dataclasses.dataclass(frozen=True)
+class OutcomeRow:
+    """One attempt's outcome as a store writes it (texts already storable)."""
+    delivery_id: int
+    lease: int
+    status: str
+    last_error: str | None
+    error: str | None
+    response_body: str | None
+    retry_in: float | None
+    started_at: datetime.datetime
+    status_code: int | None
+    duration_ms: int
+
+
+class DeliveryStore(Protocol):
+    """What a backend's store does (each module implements these functions)."""
+
+    TAKES_TOKEN_AT_INSERT: bool
+    """Whether ``insert``ing a create's delivery leased to its web process
+    takes its throttled receiver's token (PostgreSQL, by migration 0011's
+    trigger: stored unleased with ``lease`` 0 when there was none); if not,
+    the web process takes it itself (``throttle.admits``)."""
+
+    def claim_transaction(self):
+        """A context in which a claim's reads and leases run (SQLite: one
+        write transaction; PostgreSQL: none, its lease re-checks each row)."""
+
+    def due_candidates(self, most, due_by):
+        """The due, unleased deliveries a claim may take, most overdue first:
+        dicts of subscription_id, owner_key, breaker_open; at most ``most``
+        per subscription (one while its breaker is open)."""
+
+    def lease(self, shares, probes, due_by, settings):
+        """Lease ``shares[subscription id]`` due deliveries of each
+        subscription (one whose breaker is open, as ``probes`` says was
+        read, only if this claim reserves its probe); their job rows."""
+
+    def jobs_of(self, delivery_ids):
+        """The job rows of these deliveries."""
+
+    def insert_delivery(self, subscription_id, event_type, payload, lease_seconds,
+                        traceparent=None):
+        """One pending delivery, due now, leased for ``lease_seconds`` (None:
+        not leased); its id."""
+
+    def take_for_resend(self, delivery_id, lease_seconds):
+        """Lease one delivery not delivered and not leased, back to the
+        start of its retry schedule; whether it was."""
+
+    def breaker_states(self, subscription_ids):
+        """{id: rules.BreakerState} of these subscriptions, locked until
+        the transaction ends (PostgreSQL)."""
+
+    def write_outcomes(self, outcomes, moves, settings):
+        """Write ``outcomes`` (``queue.OutcomeRow``) under their leases and
+        the breakers' ``moves`` ({id: rules.BreakerMove}); the ids written."""
+
+    def still_there(self, delivery_ids):
+        """Those of these deliveries that still exist."""
+
+    def give_back(self, leases):
+        """Clear the leases of ``(delivery id, lease)`` pairs still held."""
+
+    def stop_subscription(self, subscription_id, reason, failing_cutoff_seconds=None):
+        """Disable a subscription (with a cutoff: only if it has had no
+        success within it) and fail its waiting deliveries under a new
+        lease; whether it was disabled."""
+
+    def enable(self, subscription_id):
+        """Enable a subscription again, its breaker closed."""
+
+    def recover(self, subscription_id, since):
+        """Queue again, under a new lease, its failed deliveries created
+        since ``since``; how many."""
+
+    def purge_batch(self, older_than_days, limit):
+        """Delete up to ``limit`` finished deliveries older than that, with
+        their attempts; how many."""
+
+    # The throttle (``webhooks/engine/throttle.py``): a token bucket on each
+    # throttled subscription's row, refilled and taken by ``rules``' bucket
+    # rule on the database's clock, never waiting for a bucket another
+    # statement holds (that bucket gives no token, or takes none back).
+
+    def throttle_take_for_claim(self, rooms, default_room, limit, due_by):
+        """Take the tokens for a claim: {subscription id: tokens taken} of
+        every throttled, active receiver with due, unleased deliveries the
+        claim may take, each wanting ``rules.claim_tokens_wanted`` (its
+        room: ``rooms.get(id, default_room)``)."""
+
+    def throttle_take(self, wants):
+        """Take tokens: {subscription id: tokens wanted} → {id: tokens taken}
+        of those that are throttled (the others are absent: no limit)."""
+
+    def throttle_give_back(self, unused):
+        """Put back tokens taken but not spent: {subscription id: count > 0}."""
+
+
+def current():
+    """The store of the bound database."""
+    from . import postgres, sqlite
+    return sqlite if is_sqlite() else postgres

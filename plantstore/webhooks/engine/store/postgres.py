@@ -1,0 +1,139 @@
+"""The PostgreSQL delivery store: many hosts share it.
+
+Every statement is one round trip in autocommit unless the caller opened a
+transaction; the claim's lease, the outcome batch and a create's store are
+versioned PL/pgSQL functions (``migrations/functions/``: a function keeps
+its plans for the session, through PgBouncer's transaction pooling too).
+A claim is two statements: ``due_candidates`` (read), then, once
+``rules.fair_shares`` has chosen, ``plantstore_claim_v2``, which locks each
+subscription's share ``FOR UPDATE SKIP LOCKED`` and re-checks every row,
+so two claims racing each other never lease a row twice and the one that
+loses takes the next due rows instead. The throttle's buckets are refilled
+and taken by ``plantstore_throttle_take_v1`` (migration 0011), a create's
+token by that migration's trigger, in the create's own statement.
+"""
+import contextlib
+import os
+
+from ....named_sql import Queries
+from ..rules import BreakerState
+from . import new_message_id
+
+TAKES_TOKEN_AT_INSERT = True  # migration 0011's trigger: lease 0 when it had none
+
+QUERIES = Queries(os.path.join(os.path.dirname(__file__), "postgres.sql"))
+
+
+def claim_transaction():
+    return contextlib.nullcontext()
+
+
+def due_candidates(most, due_by):
+    return QUERIES.rows("due_candidates", {"most": most, "due_by": due_by})
+
+
+def lease(shares, probes, due_by, settings):
+    if not shares:
+        return []
+    return QUERIES.rows("claim", {
+        "subscription_ids": list(shares), "shares": list(shares.values()), "due_by": due_by,
+        "cooldown": settings.breaker_cooldown, "lease_seconds": settings.lease_seconds})
+
+
+def jobs_of(delivery_ids):
+    return QUERIES.rows("jobs_of", {"ids": list(delivery_ids)})
+
+
+def insert_delivery(subscription_id, event_type, payload, lease_seconds, traceparent=None):
+    [row] = QUERIES.rows("insert_delivery", {
+        "subscription_id": subscription_id, "message_id": new_message_id(),
+        "event_type": event_type, "payload": payload, "lease_seconds": lease_seconds,
+        "traceparent": traceparent})
+    return row["delivery_id"]
+
+
+def take_for_resend(delivery_id, lease_seconds):
+    return bool(QUERIES.rows("take_for_resend", {"id": delivery_id,
+                                                  "lease_seconds": lease_seconds}))
+
+
+def breaker_states(subscription_ids):
+    if not subscription_ids:
+        return {}
+    return {row["subscription_id"]: BreakerState(row["failure_streak"], row["breaker_open"])
+            for row in QUERIES.rows("breaker_states", {"ids": sorted(subscription_ids)})}
+
+
+def write_outcomes(outcomes, moves, settings):
+    rows = QUERIES.rows("record_outcomes", {
+        "ids": [o.delivery_id for o in outcomes], "leases": [o.lease for o in outcomes],
+        "statuses": [o.status for o in outcomes],
+        "last_errors": [o.last_error for o in outcomes],
+        "errors": [o.error for o in outcomes],
+        "response_bodies": [o.response_body for o in outcomes],
+        "retry_in": [o.retry_in for o in outcomes],
+        "started_at": [o.started_at for o in outcomes],
+        "status_codes": [o.status_code for o in outcomes],
+        "durations": [o.duration_ms for o in outcomes],
+        "receiver_ids": list(moves), "streaks": [m.streak for m in moves.values()],
+        "opened": [m.opened for m in moves.values()],
+        "probes": [m.probe for m in moves.values()],
+        "succeeded": [m.succeeded for m in moves.values()],
+        "cooldown": settings.breaker_cooldown})
+    return {row["delivery_id"] for row in rows}
+
+
+def still_there(delivery_ids):
+    return {row["delivery_id"] for row in QUERIES.rows("still_there",
+                                                       {"ids": list(delivery_ids)})}
+
+
+def give_back(leases):
+    QUERIES.execute("give_back", {"ids": [delivery_id for delivery_id, _ in leases],
+                                  "leases": [lease for _, lease in leases]})
+
+
+def stop_subscription(subscription_id, reason, failing_cutoff_seconds=None):
+    values = {"id": subscription_id, "reason": reason}
+    if failing_cutoff_seconds is None:
+        QUERIES.execute("stop_subscription", values)
+    elif not QUERIES.rows("stop_failing_subscription",
+                          {**values, "cutoff_seconds": failing_cutoff_seconds}):
+        return False
+    QUERIES.execute("fail_waiting", {"id": subscription_id,
+                                     "last_error": f"subscription disabled: {reason}"})
+    return True
+
+
+def enable(subscription_id):
+    QUERIES.execute("enable", {"id": subscription_id})
+
+
+def recover(subscription_id, since):
+    return QUERIES.execute("recover", {"id": subscription_id, "since": since}).rowcount
+
+
+def purge_batch(older_than_days, limit):
+    ids = [row["id"] for row in QUERIES.rows("finished_before",
+                                             {"days": older_than_days, "limit": limit})]
+    if not ids:
+        return 0
+    QUERIES.execute("purge_attempts", {"ids": ids})
+    return QUERIES.execute("purge_deliveries", {"ids": ids, "days": older_than_days}).rowcount
+
+
+def throttle_take_for_claim(rooms, default_room, limit, due_by):
+    return {row["subscription_id"]: row["tokens"] for row in QUERIES.rows(
+        "throttle_take_for_claim", {"ids": list(rooms), "rooms": list(rooms.values()),
+                                    "default_room": default_room, "limit": limit,
+                                    "due_by": due_by})}
+
+
+def throttle_take(wants):
+    return {row["subscription_id"]: row["tokens"] for row in QUERIES.rows(
+        "throttle_take", {"ids": list(wants), "wants": list(wants.values())})}
+
+
+def throttle_give_back(unused):
+    QUERIES.execute("throttle_give_back", {"ids": list(unused),
+                                           "counts": list(unused.values())})

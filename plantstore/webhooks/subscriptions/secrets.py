@@ -1,0 +1,106 @@
+"""Signing secrets of a subscription: the current one and those rotated out.
+
+Rotating makes a new current secret; the one it replaces keeps signing
+beside it until its own overlap (``PLANTSTORE_WEBHOOK_SECRET_OVERLAP_HOURS``)
+ends, however many rotations follow, so a receiver still holding any
+secret of the last overlap keeps accepting messages. At most
+``MAX_RETIRED_SECRETS`` rotated-out secrets are kept: a rotation beyond that
+drops the one that would stop signing first, and says so.
+
+An overlap's end is the database's time, and only the database's clock
+judges it: a rotation and the housekeeping that drops ended overlaps
+(``drop_ended_overlaps``) read it, and a sender signs with every secret the
+subscription keeps, whatever its own host's clock says. A secret therefore
+signs until the first housekeeping run after its overlap ends.
+"""
+import dataclasses
+import datetime
+import json
+
+from ... import clock
+from ...db import database, is_sqlite
+from ...encryption import reveal, seal
+from ...models import Subscription
+from ..sending.signing import new_secret
+
+MAX_RETIRED_SECRETS = 4
+"""Rotated-out secrets that may sign at once (so at most five signatures)."""
+
+
+def retired(subscription, now):
+    """The rotated-out secrets of ``subscription`` still signing at ``now``:
+    (secret, expires_at) pairs, newest first."""
+    entries = json.loads(subscription.retired_secrets or "[]")
+    pairs = [(entry["secret"], datetime.datetime.fromisoformat(entry["expires_at"]))
+             for entry in entries]
+    return [(secret, expires) for secret, expires in pairs if expires > now]
+
+
+def signing_secrets(subscription):
+    """The secrets that sign its messages: the current one first, then every
+    one rotated out that it keeps (no clock is read here: see the module),
+    decrypted (``encryption.SecretUnreadable`` if no configured key opens one)."""
+    entries = json.loads(subscription.retired_secrets or "[]")
+    return tuple(reveal(stored) for stored in
+                 (subscription.secret, *(entry["secret"] for entry in entries)))
+
+
+def _stored(pairs):
+    """(secret, expires_at) pairs as ``retired_secrets`` keeps them (NULL: none);
+    each secret as it is stored (encrypted or not, see ``plantstore.encryption``)."""
+    if not pairs:
+        return None
+    return json.dumps([{"secret": secret, "expires_at": until.isoformat()}
+                       for secret, until in pairs])
+
+
+def drop_ended_overlaps():
+    """Housekeeping: forget the rotated-out secrets whose overlap has ended by
+    the database's clock; how many subscriptions changed. A rotation that
+    changed a subscription meanwhile wins (its own rotation dropped them)."""
+    now = clock.read()
+    changed = 0
+    rotated = (Subscription.select(Subscription.id, Subscription.retired_secrets)
+               .where(Subscription.retired_secrets.is_null(False)))
+    for subscription in rotated:
+        kept = retired(subscription, now)
+        if len(kept) < len(json.loads(subscription.retired_secrets)):
+            changed += (Subscription.update(retired_secrets=_stored(kept))
+                        .where(Subscription.id == subscription.id,
+                               Subscription.retired_secrets == subscription.retired_secrets)
+                        .execute())
+    return changed
+
+
+@dataclasses.dataclass(frozen=True)
+class Rotation:
+    """What a rotation did: the new secret, when the replaced one stops
+    signing, and how many old secrets were dropped to respect the cap."""
+    secret: str
+    previous_expires_at: datetime.datetime
+    dropped: int
+
+
+def rotate(subscription_id, overlap_hours):
+    """Give a subscription a new secret; the replaced one signs for the overlap.
+
+    Returns a ``Rotation``, or None when there is no such subscription.
+    """
+    with database.atomic():
+        now = clock.read()
+        expires = now + datetime.timedelta(hours=overlap_hours)
+        query = Subscription.select().where(Subscription.id == subscription_id)
+        if not is_sqlite():
+            query = query.for_update()  # two rotations at once: one after the other
+        subscription = query.first()
+        if subscription is None:
+            return None
+        kept = [(subscription.secret, expires)] + retired(subscription, now)
+        if overlap_hours <= 0:
+            kept = kept[1:]
+        dropped = max(0, len(kept) - MAX_RETIRED_SECRETS)
+        kept = sorted(kept, key=lambda pair: pair[1], reverse=True)[:MAX_RETIRED_SECRETS]
+        secret = new_secret()
+        (Subscription.update(secret=seal(secret), retired_secrets=_stored(kept))
+         .where(Subscription.id == subscription_id).execute())
+    return Rotation(secret, expires, dropped)
