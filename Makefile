@@ -6,7 +6,7 @@ PG_TEST_URL ?= postgresql://postgres@127.0.0.1:5432/test
 PLANTSTORE_DATABASE_URL ?= sqlite:///plantstore.db
 export PLANTSTORE_DATABASE_URL
 
-.PHONY: install install-test migrate run lint test test-fast test-slow test-sqlite test-postgres test-fleet smoke smoke-nginx bench bench-ab bench-floor docs clean
+.PHONY: install install-test migrate run lint test test-fast test-slow test-sqlite test-postgres test-fleet smoke smoke-nginx image bench bench-ab bench-floor docs clean
 
 $(BIN)/.installed: setup.py setup.cfg
 	$(PYTHON) -m venv $(VENV)
@@ -94,6 +94,33 @@ smoke: install
 
 smoke-nginx: install
 	scripts/smoke_local.sh --nginx
+
+# The container image (Containerfile): web, worker and every plantstore
+# command in one image. The wheels of its dependencies are made here first,
+# by IMAGE_PYTHON's pip (.venv's) with this machine's pip settings (index,
+# proxy), so the build needs no package index. IMAGE_PYTHON must be the
+# image's Python 3.11, and the same release where the base's is older than
+# 3.11.3 (Debian 12's 3.11.2: redis wants async-timeout there).
+# IMAGE_WHEELS= (empty) leaves the downloads to the build instead, as a plain
+# `docker build` does. IMAGE names the image, IMAGE_BASE is its base
+# (Containerfile's BASE), CONTAINER_ENGINE podman or docker,
+# IMAGE_BUILD_ARGS more arguments for its build.
+IMAGE ?= localhost/plantstore:latest
+IMAGE_BASE ?= python:3.11-slim-bookworm
+IMAGE_WHEELS ?= build/image-wheels
+IMAGE_PYTHON ?= $(BIN)/python
+CONTAINER_ENGINE ?= $(notdir $(shell command -v podman || command -v docker))
+image: install
+	@[ -n "$(CONTAINER_ENGINE)" ] || { echo "make image needs podman or docker" >&2; exit 1; }
+ifneq ($(IMAGE_WHEELS),)
+	@$(IMAGE_PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11) and "make image: IMAGE_PYTHON must be Python 3.11, the image'"'"'s")'
+	rm -rf $(IMAGE_WHEELS)
+	$(IMAGE_PYTHON) -m pip wheel -q --wheel-dir $(IMAGE_WHEELS) '.[postgres]' setuptools wheel
+	rm -f $(IMAGE_WHEELS)/plantstore-*.whl
+endif
+	$(CONTAINER_ENGINE) build $(if $(filter podman,$(CONTAINER_ENGINE)),--format docker) \
+		-f Containerfile -t $(IMAGE) --build-arg BASE=$(IMAGE_BASE) \
+		--build-arg WHEELS=$(IMAGE_WHEELS) $(IMAGE_BUILD_ARGS) .
 
 # Throughput, latency, and the server's CPU and PostgreSQL statements per
 # request under wrk (installed from Debian when missing); BENCH_COMPARE=1
