@@ -36,8 +36,11 @@ class WholeNumber(click.ParamType):
 
 
 ROW_ID = WholeNumber(1, 2 ** 31 - 1, 12, "an id")
-"""A stored row's id, as the CLI accepts one (ids are 32-bit integers on
-PostgreSQL; a larger one names no row and would overflow SQLite's driver)."""
+"""A token's or a subscription's id, as the CLI accepts one (32-bit
+integers on PostgreSQL: a larger one names no row)."""
+
+DELIVERY_ID = WholeNumber(1, 2 ** 63 - 1, 12, "an id")
+"""A delivery's id: 64-bit since migration 0013, like SQLite's rowids."""
 
 LIST_LIMIT = WholeNumber(1, 100_000, 100)
 """How many rows a listing command shows at most."""

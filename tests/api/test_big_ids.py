@@ -1,11 +1,13 @@
 """64-bit ids: deliveries, attempts and idempotency keys carry on past
-2**31 (migration 0013 on PostgreSQL; SQLite's INTEGER ids are 64-bit), a
-replayed ``Idempotency-Key`` consumes no id, ids running out answer 503
-rather than 500, and ``plantstore db upgrade --expand`` stops before the
-migration that needs every node on this release."""
+2**31 (migration 0013 on PostgreSQL; SQLite's INTEGER ids are 64-bit), and
+every place such an id is typed takes it (the deliveries page's cursor,
+``plantstore deliveries show`` and ``retry``); a replayed
+``Idempotency-Key`` consumes no id, ids running out answer 503 rather than
+500, and ``plantstore db upgrade --expand`` stops before the migration that
+needs every node on this release."""
 import pytest
 
-from helpers import POSTGRES_URL, assert_error, bearer, wait_until
+from helpers import POSTGRES_URL, assert_error, bearer, create_plant, wait_until, walk_pages
 from plantstore import db
 from plantstore.db import database
 from plantstore.models import Attempt, Delivery, IdempotencyKey
@@ -53,6 +55,33 @@ def test_creates_keyed_creates_and_attempts_carry_on_past_two_to_the_31(
     assert max(k.id for k in IdempotencyKey.select()) > 2**31
     assert {d.status for d in Delivery.select()} == {Delivery.DELIVERED}
     assert len(receiver.requests) == 10
+
+
+def test_delivery_ids_past_two_to_the_31_are_taken_by_the_page_cursor_and_the_commands(
+        app, client, runner, alice, admin, make_receiver):
+    receiver = make_receiver(Answer(200))
+    subscription_id, _ = subscribe(runner, receiver.url)
+    set_next_ids(JUST_BELOW)
+    for plant_id in range(5):
+        create_plant(client, alice, plant_id)
+    wait_until(lambda: Delivery.select().where(Delivery.status == Delivery.DELIVERED)
+               .count() == 5, 30, message="5 deliveries")
+    ids = sorted((d.id for d in Delivery.select()), reverse=True)
+    assert ids[0] > 2**31 and ids[-1] < 2**31 - 1, ids
+
+    pages = walk_pages(client, f"/webhooks/{subscription_id}/deliveries?limit=1", bearer(admin))
+    assert [delivery["id"] for page in pages for delivery in page] == ids
+
+    shown = runner.invoke(args=["deliveries", "show", str(ids[0])])
+    assert shown.exit_code == 0, shown.output
+    assert f"delivery:     {ids[0]}" in shown.stdout
+    retried = runner.invoke(args=["deliveries", "retry", str(ids[0])])
+    assert (retried.exit_code, retried.stderr.split(" was ")[0]) == (1, f"Error: delivery {ids[0]}")
+    too_big = runner.invoke(args=["deliveries", "show", str(2**63)])
+    assert too_big.exit_code == 2
+    assert "expected an id from 1 to 9223372036854775807" in too_big.stderr
+    assert_error(client.get(f"/webhooks/{subscription_id}/deliveries?after={2**63}",
+                            headers=bearer(admin)), 400)
 
 
 def test_a_replayed_idempotency_key_consumes_no_id(app, client, alice):

@@ -13,7 +13,7 @@ from marshmallow import ValidationError
 from peewee import fn
 
 from ... import tracing
-from ...cli_params import LIST_LIMIT, ROW_ID, days
+from ...cli_params import DELIVERY_ID, LIST_LIMIT, ROW_ID, days
 from ...fields import UtcTimestamp
 from ...models import Attempt, Delivery
 from ..config import settings_of
@@ -76,7 +76,7 @@ def deliveries_summary():
 
 
 @deliveries_cli.command("show")
-@click.argument("delivery_id", type=ROW_ID)
+@click.argument("delivery_id", type=DELIVERY_ID)
 def deliveries_show(delivery_id):
     """Show delivery DELIVERY_ID and every attempt at it."""
     delivery = find_delivery(delivery_id)
@@ -122,7 +122,7 @@ def one_line(text):
 
 
 @deliveries_cli.command("retry")
-@click.argument("delivery_id", type=ROW_ID)
+@click.argument("delivery_id", type=DELIVERY_ID)
 def deliveries_retry(delivery_id):
     """Re-send DELIVERY_ID now, with the same webhook-id.
 

@@ -20,6 +20,9 @@ from .receivers import (
 
 LIMIT_MAX = 100
 ROW_ID_MAX = 2 ** 31 - 1
+"""The largest subscription id (a 32-bit column on PostgreSQL)."""
+DELIVERY_ID_MAX = 2 ** 63 - 1
+"""The largest delivery id (64-bit since migration 0013)."""
 
 
 def refusing(problem_of):
@@ -205,7 +208,7 @@ class DeliveryQueryArgsSchema(QueryArgsSchema):
         [Delivery.PENDING, Delivery.DELIVERED, Delivery.FAILED]))
     limit = IntegerText(1, LIMIT_MAX, load_default=20,
                         metadata={"description": "Deliveries per page"})
-    after = IntegerText(1, ROW_ID_MAX, metadata={
+    after = IntegerText(1, DELIVERY_ID_MAX, metadata={
         "description": "Cursor: only deliveries older than this one (taken from "
                        "the Link header of the previous page)"})
 
