@@ -79,8 +79,9 @@ class JSONAccessLogger(glogging.Logger):
             fields["trace_id"], fields["span_id"] = trace_ids
         try:
             handler = _plain_json_stream_handler(self.access_log)
-            if handler is None:
-                self.access_log.info("%s %s %s", method, path, status,
+            if handler is None:  # escaped here too, whatever formatter an operator set
+                self.access_log.info("%s %s %s", logs.one_line(str(method)),
+                                     logs.one_line(str(path)), status,
                                      extra={"fields": fields})
                 return
             line = logs.encode_json(logs.json_entry(

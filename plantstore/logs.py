@@ -132,21 +132,37 @@ class JSONFormatter(logging.Formatter):
 # line's message is "GET /plants 200").
 _SAID_BY_THE_MESSAGE = ("method", "path", "status")
 
+_NOT_PLAIN_ASCII = re.compile(r"[^\x20-\x7e]")
+
+
+def one_line(text):
+    """``text`` on one line, safe for a terminal: line breaks and other
+    characters that are not printable (ESC, which starts a sequence that
+    restyles or rewrites the screen; CR; U+2028) shown as Python escapes,
+    ``\\n``, ``\\x1b``, so no one who sends text can forge a line."""
+    if not _NOT_PLAIN_ASCII.search(text):
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
 
 def _text_value(value):
-    """A field's value as ``key=value`` shows it: quoted when it has spaces or quotes."""
+    """A field's value as ``key=value`` shows it: quoted (as JSON, which
+    escapes it) when it has spaces, quotes or characters that are not printable."""
     text_value = value if isinstance(value, str) else encode_json(value)
-    if not text_value or re.search(r"[\s\"=]", text_value):
-        return encode_json(text_value)
+    if not text_value or re.search(r"[\s\"=]", text_value) or one_line(text_value) != text_value:
+        return encode_json(text_value)  # escapes all but printable ASCII
     return text_value
 
 
 class TextFormatter(logging.Formatter):
     """A log record as a line for a person: time, pid, level, logger, message,
-    then the other fields as ``key=value`` (a traceback on the lines after).
+    then the other fields as ``key=value`` (a traceback on the lines after,
+    each indented, so only a record's first line starts at the margin).
 
     The entry is ``json_entry``'s, so it is redacted and carries the request
-    and trace ids exactly as the JSON line would.
+    and trace ids exactly as the JSON line would. What a client or a
+    receiver sent (a path, a header) is escaped: no line break or escape
+    sequence in it reaches the log (``one_line``).
     """
 
     def format(self, record):
@@ -154,12 +170,13 @@ class TextFormatter(logging.Formatter):
                            record.process, record.getMessage(),
                            getattr(record, "fields", None))
         head = (f"{entry.pop('ts')} [{entry.pop('pid')}] {entry.pop('level').upper():<7} "
-                f"{entry.pop('logger')}: {entry.pop('message')}")
+                f"{entry.pop('logger')}: {one_line(str(entry.pop('message')))}")
         fields = " ".join(f"{key}={_text_value(value)}" for key, value in entry.items()
                           if value is not None and key not in _SAID_BY_THE_MESSAGE)
         line = f"{head}  {fields}" if fields else head
         if record.exc_info:
-            line += "\n" + redact(self.formatException(record.exc_info))
+            traceback = redact(self.formatException(record.exc_info))
+            line += "".join(f"\n  {one_line(part)}" for part in traceback.splitlines())
         return line
 
 

@@ -107,6 +107,27 @@ def test_gunicorn_output_is_json_lines_with_request_ids_and_no_tokens(gunicorn_s
     assert not re.search(r"pst_(?!\[REDACTED\])", output)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("line_format", ["text", "json"])
+def test_a_path_cannot_forge_a_log_line_or_reach_the_terminal(gunicorn_server, line_format):
+    server = gunicorn_server(workers=1, env={"PLANTSTORE_LOG_FORMAT": line_format})
+    forged = "2026-01-01T00:00:00.000Z%20[1]%20INFO%20%20%20%20plantstore:%20forged"
+    for path in (f"/nothing%0a{forged}", f"/nothing%0d%0a{forged}", "/red%1b[31mtext%1b[0m",
+                 "/csi%c2%9b2J"):
+        assert requests.get(server.url + path, timeout=5).status_code == 404
+    server.stop()
+    output = server.output()
+    lines = output.splitlines()
+    if line_format == "text":
+        assert all(TEXT_LINE.fullmatch(line) for line in lines), lines
+        assert "GET /nothing\\n2026-01-01T00:00:00.000Z [1] INFO    plantstore: forged" \
+            in output
+    else:
+        assert all(json.loads(line) for line in lines)
+    assert not any(line.startswith("2026-01-01") for line in lines)
+    assert not any(char in output for char in "\r\x1b\x9b")
+
+
 def test_the_plantstore_command_logs_json_lines_on_stderr(tmp_path):
     env = {**os.environ, **plantstore_env(f"sqlite:///{tmp_path / 'cli.db'}"),
            "LOG_LEVEL": "debug"}
@@ -187,8 +208,29 @@ def test_a_text_line_carries_the_fields_and_the_traceback_and_no_token():
     assert (line["level"], line["logger"]) == ("ERROR", "plantstore.errors")
     assert line["rest"] == ('unhandled error for Bearer [REDACTED]  '
                             'request_id=abc.1 user_agent="curl 8" bytes=2')
-    assert traceback[0] == "Traceback (most recent call last):"
-    assert traceback[-1] == "RuntimeError: failed for [REDACTED]"
+    assert traceback[0] == "  Traceback (most recent call last):"
+    assert traceback[-1] == "  RuntimeError: failed for [REDACTED]"
+
+
+FORGED = "2026-01-01T00:00:00.000Z [1] INFO    plantstore: forged"
+
+
+def test_a_text_line_escapes_what_could_forge_a_line_or_reach_the_terminal():
+    try:
+        raise RuntimeError(f"failed\n{FORGED}\x1b[2J")
+    except RuntimeError:
+        record = logging.getLogger("plantstore.errors").makeRecord(
+            "plantstore.errors", logging.ERROR, __file__, 1, "GET %s 404",
+            (f"/a\n{FORGED}\r\x1b[31m\u2028\x7f",), exc_info=sys.exc_info(), extra={
+                "fields": {"user_agent": f"x\x1b[2J\n{FORGED}", "host": "h\x7f"}})
+    head, *traceback = TextFormatter().format(record).splitlines()
+
+    assert TEXT_LINE.fullmatch(head)["rest"] == (
+        f"GET /a\\n{FORGED}\\r\\x1b[31m\\u2028\\x7f 404  "
+        f'user_agent="x\\u001b[2J\\n{FORGED}" host="h\\u007f"')
+    assert all(line.startswith("  ") for line in traceback), traceback
+    assert traceback[-2:] == ["  RuntimeError: failed", f"  {FORGED}\\x1b[2J"]
+    assert not any(char in head + "".join(traceback) for char in "\r\x1b\x7f\u2028")
 
 
 @pytest.mark.slow

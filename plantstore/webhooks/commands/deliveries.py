@@ -15,6 +15,7 @@ from peewee import fn
 from ... import tracing
 from ...cli_params import DELIVERY_ID, LIST_LIMIT, ROW_ID, days
 from ...fields import UtcTimestamp
+from ...logs import one_line
 from ...models import Attempt, Delivery
 from ..config import settings_of
 from ..engine import backlog, queue
@@ -46,7 +47,8 @@ def deliveries_cli():
               help="Show at most this many, newest first.")
 def deliveries_list(status, limit):
     """List deliveries: id, state, subscription, webhook-id, attempts, then the
-    next attempt (pending), the delivery time, or the last error."""
+    next attempt (pending), the delivery time, or the last error (a
+    receiver's text, escaped: ``one_line``)."""
     query = Delivery.select().order_by(Delivery.id.desc()).limit(limit)
     if status:
         query = query.where(Delivery.status == status)
@@ -56,9 +58,9 @@ def deliveries_list(status, limit):
         elif delivery.status == Delivery.PENDING:
             detail = f"next {when(delivery.next_attempt_at)}"
             if delivery.last_error:
-                detail += f"  last error: {delivery.last_error}"
+                detail += f"  last error: {one_line(delivery.last_error)}"
         else:
-            detail = f"last error: {delivery.last_error or '-'}"
+            detail = f"last error: {one_line(delivery.last_error or '-')}"
         click.echo(f"{delivery.id}\t{delivery.status}\t{delivery.subscription_id}\t"
                    f"{delivery.message_id}\t{delivery.attempts}\t{detail}")
 
@@ -78,14 +80,15 @@ def deliveries_summary():
 @deliveries_cli.command("show")
 @click.argument("delivery_id", type=DELIVERY_ID)
 def deliveries_show(delivery_id):
-    """Show delivery DELIVERY_ID and every attempt at it."""
+    """Show delivery DELIVERY_ID and every attempt at it (what a receiver or a
+    client sent shown escaped, ``one_line``)."""
     delivery = find_delivery(delivery_id)
     subscription = delivery.subscription
     lines = [
         f"delivery:     {delivery.id}",
         f"webhook-id:   {delivery.message_id}",
         f"event:        {delivery.event_type}",
-        f"subscription: {subscription.id} {subscription.url}",
+        f"subscription: {subscription.id} {one_line(subscription.url)}",
         f"status:       {delivery.status}",
         f"created:      {when(delivery.created_at)}",
     ]
@@ -96,8 +99,8 @@ def deliveries_show(delivery_id):
     if delivery.delivered_at:
         lines.append(f"delivered:    {when(delivery.delivered_at)}")
     if delivery.last_error:
-        lines.append(f"last error:   {delivery.last_error}")
-    lines.append(f"payload:      {delivery.payload}")
+        lines.append(f"last error:   {one_line(delivery.last_error)}")
+    lines.append(f"payload:      {one_line(delivery.payload)}")
     attempts = list(Attempt.select().where(Attempt.delivery == delivery.id)
                     .order_by(Attempt.started_at, Attempt.id))
     lines.append(f"attempts:     {len(attempts)}")
@@ -108,17 +111,11 @@ def deliveries_show(delivery_id):
                 answer += f" {attempt.error}"
         else:
             answer = attempt.error or "no answer"
-        lines.append(f"  {when(attempt.started_at)}\t{answer}\t{attempt.duration_ms} ms")
+        lines.append(f"  {when(attempt.started_at)}\t{one_line(answer)}\t"
+                     f"{attempt.duration_ms} ms")
         if attempt.response_body:
             lines.append(f"    body: {one_line(attempt.response_body)}")
     click.echo("\n".join(lines))
-
-
-def one_line(text):
-    """A receiver's text on one line, safe for a terminal: line breaks and
-    control characters (an escape sequence could restyle or rewrite the
-    operator's screen) shown as Python escapes, ``\\n``, ``\\x1b``."""
-    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 @deliveries_cli.command("retry")

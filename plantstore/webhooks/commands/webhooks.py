@@ -16,10 +16,11 @@ from ... import clock
 from ...cli_params import ROW_ID
 from ...db import database
 from ...encryption import seal
+from ...logs import one_line
 from ...models import Delivery, Subscription
 from ..config import settings_of
 from ..engine import queue, throttle
-from ..sending import sender, signing
+from ..sending import own_trouble, sender, signing
 from ..subscriptions import receivers, secrets
 
 TIME = "%Y-%m-%d %H:%M:%S"
@@ -99,7 +100,7 @@ def webhooks_list():
     now = clock.read()  # as the housekeeping judges the overlaps' ends
     for subscription in Subscription.select().order_by(Subscription.id):
         state = ("active" if subscription.is_active
-                 else f"disabled ({subscription.disabled_reason or 'by an operator'})")
+                 else f"disabled ({one_line(subscription.disabled_reason or 'by an operator')})")
         retired = secrets.retired(subscription, now)
         rotation = (f"{len(retired)} previous secret(s) sign until "
                     f"{when(max(until for _, until in retired))}"
@@ -108,7 +109,7 @@ def webhooks_list():
         bearer = "bearer token" if subscription.bearer_token else "no bearer token"
         limit = (f"at most {subscription.rate_limit}/s" if subscription.rate_limit
                  else "no rate limit")
-        click.echo(f"{subscription.id}\t{subscription.url}\t{owner}\t{state}\t"
+        click.echo(f"{subscription.id}\t{one_line(subscription.url)}\t{owner}\t{state}\t"
                    f"{bearer}\t{limit}\t{rotation}\t{_breaker_state(subscription)}")
 
 
@@ -184,7 +185,7 @@ def webhooks_test(subscription_id):
     if not subscription.is_active:
         raise click.ClickException(
             f"subscription {subscription_id} is disabled "
-            f"({subscription.disabled_reason or 'no reason recorded'}); enable it first")
+            f"({one_line(subscription.disabled_reason or 'no reason recorded')}); enable it first")
     delivery = queue.enqueue_test_event(subscription_id)
     send_now(delivery.id, failed="failed")
 
@@ -200,7 +201,13 @@ def send_now(delivery_id, failed="failed again"):
         click.echo(f"delivery {delivery_id} waits for its receiver's rate limit; "
                    "the workers send it")
         return
-    [outcome] = queue.record([(job, sender.attempt(job, settings))], settings)
+    try:
+        result = sender.attempt(job, settings)
+    except own_trouble.NotSent as trouble:  # this process's, not the receiver's
+        queue.give_back([job])
+        raise click.ClickException(f"delivery {delivery_id} not sent: {trouble}; "
+                                   "it stays due for the workers") from None
+    [outcome] = queue.record([(job, result)], settings)
     delivery = find_delivery(delivery_id)
     if outcome == "delivered":
         click.echo(f"delivered {delivery.message_id}")
@@ -210,4 +217,4 @@ def send_now(delivery_id, failed="failed again"):
     else:
         state = delivery.status
     raise click.ClickException(
-        f"delivery {delivery_id} {failed} ({delivery.last_error}); {state}")
+        f"delivery {delivery_id} {failed} ({one_line(delivery.last_error or '-')}); {state}")

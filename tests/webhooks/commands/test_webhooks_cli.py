@@ -294,6 +294,28 @@ def test_deliveries_show_prints_a_receivers_body_on_one_line_without_its_control
     assert "\x1b" not in text
 
 
+def test_every_line_showing_a_receivers_text_escapes_it(client, runner, alice, make_receiver):
+    # CR LF, then ESC and the C1 control CSI (U+009B) each starting a screen-clearing sequence
+    receiver = make_receiver(answer=Answer(400, body=b"bad\r\nforged line\x1b[2J\xc2\x9b2J"))
+    subscribe(runner, receiver.url)
+    create_plant(client, alice, 1)
+    wait_for_attempts(1)
+    escaped = "bad\\r\\nforged line\\x1b[2J\\x9b2J"
+
+    shown = invoke(runner, "deliveries", "show", "1").stdout
+    listed = invoke(runner, "deliveries", "list").stdout
+    retried = invoke(runner, "deliveries", "retry", "1")
+
+    assert f"last error:   HTTP 400: {escaped}" in shown.splitlines()
+    assert [line.split("\t")[1] for line in shown.splitlines()
+            if line.startswith("  20")] == [f"HTTP 400 {escaped}"]
+    assert listed.splitlines()[0].endswith(f"last error: HTTP 400: {escaped}")
+    assert retried.exit_code == 1 and f"(HTTP 400: {escaped})" in retried.stderr
+    for text in (shown, listed, retried.stderr):
+        assert not any(control in text for control in "\r\x1b\x9b"), repr(text)
+        assert not any(line.startswith("forged") for line in text.splitlines())
+
+
 def test_deliveries_show_gives_the_trace_id_of_the_create_that_queued_it(runner, one_of_each):
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     (Delivery.update(traceparent=f"00-{trace_id}-00f067aa0ba902b7-01")
