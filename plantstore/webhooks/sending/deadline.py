@@ -8,11 +8,21 @@ connection); at the attempt's deadline the watchdog shuts the socket down,
 so the read blocked on it returns at once and the attempt fails. A socket
 whose attempt ended in time goes back to the pool untouched.
 
+An attempt may also have a latest start (its lease's): a request that
+would be written after it is not written at all (``LeaseRanOut``), so a
+process that was stopped after building a request and woke after its lease
+ran out sends nothing.
+
+Its connections read an answer as RFC 9110 section 15.2 says: every interim
+1xx answer before it (100 and 102-199) is skipped, and a 101 (a protocol
+switch a webhook does not ask for) ends the attempt as a failure.
+
 ``DeadlineAdapter`` is the requests transport adapter whose connections do
-this; wrap each attempt in ``attempt_deadline(seconds)``.
+this; wrap each attempt in ``attempt_deadline(seconds, start_by)``.
 """
 import contextlib
 import heapq
+import http.client
 import itertools
 import os
 import socket
@@ -29,8 +39,10 @@ _current = threading.local()
 class _Attempt:
     """One attempt under way: its deadline and the sockets it uses."""
 
-    def __init__(self, deadline):
+    def __init__(self, deadline, start_by):
         self.deadline = deadline
+        self.start_by = start_by  # time.monotonic() after which no request is written
+        self.written = False  # whether a request's first byte may have left
         self.ended = False
         self.cut = False
         self.lock = threading.Lock()
@@ -96,15 +108,46 @@ class _Watchdog:
 _watchdog = _Watchdog()
 
 
-@contextlib.contextmanager
-def attempt_deadline(seconds):
-    """Cut off every connection this thread uses for an attempt after ``seconds``.
+class LeaseRanOut(Exception):
+    """The attempt's latest start passed before its request was written:
+    nothing was sent."""
 
-    Yields the attempt; its ``cut`` tells whether the deadline cut it off.
-    End it (``attempt.end()``) as soon as the answer is read, before the
-    connection is given back to the pool.
+
+class SwitchedProtocols(http.client.HTTPException):
+    """The receiver answered 101 Switching Protocols, which no webhook asks for."""
+
+
+MOST_INTERIM_ANSWERS = 16
+"""Interim 1xx answers skipped before an answer; more fail the attempt."""
+
+
+class _InterimSkippingResponse(http.client.HTTPResponse):
+    """An answer read past the interim 1xx answers before it."""
+
+    def _read_status(self):
+        for _ in range(MOST_INTERIM_ANSWERS):
+            version, status, reason = super()._read_status()
+            if status == 101:
+                raise SwitchedProtocols("the receiver switched protocols (HTTP 101)")
+            if not 101 < status < 200:  # an answer, or a 100 (http.client skips it)
+                return version, status, reason
+            http.client._read_headers(self.fp)  # an interim answer's header section
+        raise http.client.HTTPException(
+            f"more than {MOST_INTERIM_ANSWERS} interim 1xx answers")
+
+
+@contextlib.contextmanager
+def attempt_deadline(seconds, start_by=None):
+    """Cut off every connection this thread uses for an attempt after
+    ``seconds``; write no request after ``start_by`` (a ``time.monotonic()``;
+    None: any time before the deadline).
+
+    Yields the attempt; its ``cut`` tells whether the deadline cut it off,
+    its ``written`` whether a request was begun. End it (``attempt.end()``)
+    as soon as the answer is read, before the connection is given back to
+    the pool.
     """
-    attempt = _Attempt(time.monotonic() + seconds)
+    attempt = _Attempt(time.monotonic() + seconds, start_by)
     _current.attempt = attempt
     _watchdog.watch(attempt)
     try:
@@ -126,23 +169,40 @@ def _guard(sock):
         attempt.cut_off()
 
 
+def _before_writing():
+    """Refuse to write a request after this thread's attempt's latest start;
+    else note that its first byte may leave from now on."""
+    attempt = getattr(_current, "attempt", None)
+    if attempt is None:
+        return
+    if attempt.start_by is not None and time.monotonic() > attempt.start_by:
+        raise LeaseRanOut("its lease ran out before the request was written")
+    attempt.written = True
+
+
 class _GuardedConnection(HTTPConnection):
+    response_class = _InterimSkippingResponse
+
     def connect(self):
         super().connect()
         _guard(self.sock)
 
     def request(self, *args, **kwargs):
         _guard(self.sock)  # a kept-alive connection: connect() is not called again
+        _before_writing()
         return super().request(*args, **kwargs)
 
 
 class _GuardedTLSConnection(HTTPSConnection):
+    response_class = _InterimSkippingResponse
+
     def connect(self):
         super().connect()
         _guard(self.sock)
 
     def request(self, *args, **kwargs):
         _guard(self.sock)
+        _before_writing()
         return super().request(*args, **kwargs)
 
 

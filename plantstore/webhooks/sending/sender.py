@@ -4,8 +4,9 @@ Bounded on every side: connect and read timeouts, the whole attempt cut off
 at their sum even if a receiver trickles its answer (``deadline``),
 redirects never followed (a 3xx is an answer like any other non-2xx), and
 at most ``max_response_bytes`` of the response read. Every thread of a
-process sends through one requests transport adapter, which keeps a pool of
-keep-alive connections per receiver. No ``requests.Session`` is involved:
+process sends through one requests transport adapter per subscription,
+which keeps its own keep-alive connections (``connections``): no two
+tenants share one. No ``requests.Session`` is involved:
 no cookies (a receiver cannot plant any), no proxies or ``.netrc``
 credentials from the environment, no redirects. Requests are built from a
 per-URL template whose URL is parsed once.
@@ -15,9 +16,7 @@ import datetime
 import email.utils
 import functools
 import logging
-import os
 import re
-import threading
 import time
 
 import requests
@@ -26,12 +25,10 @@ from ...clock import local_now
 from ...encryption import SecretUnreadable, reveal
 from ..engine.receiver_text import EXCERPT_CHARS, storable
 from ..subscriptions.secrets import signing_secrets
-from . import attempt_errors, spans, ssrf
-from .deadline import DeadlineAdapter, attempt_deadline
+from . import attempt_errors, connections, spans
+from .deadline import LeaseRanOut, attempt_deadline
+from .own_trouble import NotSent
 from .signing import signature_headers
-
-RECEIVER_POOL_CONNECTIONS = 64
-"""Keep-alive connections kept per receiver (more may be open, briefly)."""
 
 log = logging.getLogger(__name__)
 
@@ -57,23 +54,6 @@ class SendResult:
             text = f"HTTP {self.status_code}"
             return f"{text}: {self.error}" if self.error else text
         return self.error
-
-
-_adapter_lock = threading.Lock()
-_adapter = (None, None)  # (pid, adapter)
-
-
-def adapter():
-    """This process's transport adapter (a forked child builds its own, so
-    no two processes share a connection)."""
-    global _adapter
-    with _adapter_lock:
-        pid, current = _adapter
-        if pid != os.getpid():
-            current = DeadlineAdapter(pool_connections=256,
-                                      pool_maxsize=RECEIVER_POOL_CONNECTIONS)
-            _adapter = (os.getpid(), current)
-        return current
 
 
 @functools.lru_cache(maxsize=256)
@@ -130,16 +110,15 @@ def _excerpt(body):
 def attempt(job, settings, context=None):
     """One attempt at ``job``, in its trace span (whose parent is ``context``,
     the create's, or the delivery's stored traceparent): its ``SendResult``,
-    never an exception (a bug must not lose the delivery: it is retried)."""
+    never an exception (a bug must not lose the delivery: it is retried).
+    ``NotSent`` when this process could not send it (nothing left it)."""
     with spans.attempt_span(job.message_id, job.delivery_id, job.url, job.attempts + 1,
                             job.traceparent, context) as span:
         started_at, clock = local_now(), time.monotonic()
         try:
             result = send(job, settings)
-        except SecretUnreadable as error:  # a key removed while running: no traceback
-            log.error("delivery %s: not sent: %s", job.delivery_id, error)
-            result = SendResult(started_at, int((time.monotonic() - clock) * 1000),
-                                error=f"not sent: {error}")
+        except NotSent:
+            raise
         except Exception:
             log.exception("delivery %s: the attempt could not be made", job.delivery_id)
             result = SendResult(started_at, int((time.monotonic() - clock) * 1000),
@@ -148,42 +127,59 @@ def attempt(job, settings, context=None):
         return result
 
 
-def send(job, settings):
-    """POST ``job``'s payload to its receiver once; never raises for HTTP trouble."""
-    started_at = local_now()
+def _headers(job, settings):
+    """The attempt's headers, signed; ``NotSent`` if this process cannot open
+    the subscription's secret or bearer token (a key it lacks)."""
     timestamp = datetime.datetime.now(datetime.timezone.utc)
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": settings.user_agent,
-        **signature_headers(job.message_id, timestamp, job.payload, signing_secrets(job)),
-    }
-    if job.bearer_token:
-        headers["Authorization"] = f"Bearer {reveal(job.bearer_token)}"
+    try:
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": settings.user_agent,
+            **signature_headers(job.message_id, timestamp, job.payload, signing_secrets(job)),
+        }
+        if job.bearer_token:
+            headers["Authorization"] = f"Bearer {reveal(job.bearer_token)}"
+    except SecretUnreadable as error:
+        raise NotSent("no key", str(error)) from None
     headers.update(spans.traceparent_header(settings.traceparent_receivers, job.restricted))
+    return headers
+
+
+def send(job, settings):
+    """POST ``job``'s payload to its receiver once; never raises for HTTP
+    trouble. ``NotSent`` for this process's own trouble before the first byte
+    left: a secret it cannot open, a lease that ran out before the request
+    was written, an error before it was."""
+    started_at = local_now()
+    headers = _headers(job, settings)
     clock = time.monotonic()
 
     def elapsed_ms():
         return int((time.monotonic() - clock) * 1000)
 
-    with attempt_deadline(settings.send_bound) as attempt:
+    with attempt_deadline(settings.send_bound, job.latest_start(settings.send_bound)) as attempt:
         try:
-            http = (ssrf.adapter(settings.allowed_networks, settings.connect_timeout,
-                                 pool_connections=256, pool_maxsize=RECEIVER_POOL_CONNECTIONS)
-                    if job.restricted else adapter())
-            response = http.send(
+            response = connections.adapter_for(job, settings).send(
                 _prepared(job.url, headers, job.payload.encode("utf-8")),
                 timeout=(settings.connect_timeout, settings.read_timeout), stream=True)
             try:
                 body = _read_capped(response, settings.max_response_bytes)
             finally:
                 attempt.end()  # before its connection goes back to the pool
-                response.close()
+                response.close()  # closes the connection if the answer was not read to its end
+        except LeaseRanOut as error:
+            raise NotSent("lease ran out", str(error)) from None
         except requests.Timeout as error:
             return SendResult(started_at, elapsed_ms(),
                               error=attempt_errors.timed_out(error, settings))
         except requests.RequestException as error:
             if not attempt.cut:
                 return SendResult(started_at, elapsed_ms(), error=attempt_errors.describe(error))
+        except Exception as error:
+            if attempt.written:
+                raise
+            raise NotSent("internal error", f"an internal error before the request: {error!r}"
+                          ) from None
         if attempt.cut:  # whatever was parsed of a cut-off answer is not an answer
             return SendResult(started_at, elapsed_ms(),
                               error=attempt_errors.cut_off(settings))

@@ -203,7 +203,8 @@ class PinnedAddressAdapter(DeadlineAdapter):
     the receiver's address at every send and connecting to the address it
     checked.
 
-    The pool is keyed on that address; the request keeps its Host header,
+    The pool is keyed on that address (within one subscription's adapter,
+    see ``connections``); the request keeps its Host header,
     and over TLS the server name (SNI) and the certificate check stay on the
     URL's host.
     """
@@ -235,18 +236,3 @@ class PinnedAddressAdapter(DeadlineAdapter):
         host_params["host"] = str(address)
         return host_params, pool_kwargs
 
-
-_adapters_lock = threading.Lock()
-_adapters = {}  # (pid, policy's allowed networks and lookup timeout) -> adapter
-
-
-def adapter(allowed, lookup_seconds, **pool):
-    """This process's adapter for API subscriptions under the networks
-    ``allowed`` (a forked child builds its own, as for the sender's)."""
-    key = (os.getpid(), allowed, lookup_seconds)
-    with _adapters_lock:
-        current = _adapters.get(key)
-        if current is None:
-            current = _adapters[key] = PinnedAddressAdapter(
-                Policy(allowed, lookup_seconds), **pool)
-        return current
