@@ -55,6 +55,11 @@ WEBHOOK_DELIVERIES = Counter("plantstore_webhook_deliveries",
 LEFT_TO_WORKER = Counter("plantstore_webhook_left_to_worker",
                          "Deliveries a web process left to the workers instead of "
                          "attempting them after the create, by reason.", ["reason"])
+NOT_SENT = Counter("plantstore_webhook_not_sent",
+                   "Deliveries a process gave back unsent for trouble of its own (no "
+                   "attempt counted), by reason: no key opens a stored secret, the "
+                   "lease ran out before the request left, changed configuration, an "
+                   "internal error before the first byte.", ["reason"])
 RATE_LIMIT_STORAGE_FAILURES = Counter(
     "plantstore_rate_limit_storage_failures",
     "Requests served without a rate limit because its storage could not be reached.")
@@ -76,6 +81,11 @@ def count_delivery(outcome):
 def count_left_to_worker(reason):
     """Count one delivery a web process left to the workers, and why."""
     LEFT_TO_WORKER.labels(reason=reason).inc()
+def count_not_sent(reason):
+    """Count one delivery given back unsent for this process's own ``reason``."""
+    NOT_SENT.labels(reason=reason).inc()
+
+
 def count_rate_limit_storage_failure():
     """Count one request served unlimited because the limit storage failed."""
     RATE_LIMIT_STORAGE_FAILURES.inc()

@@ -48,6 +48,11 @@ class Job:
         """Seconds its lease surely still lasts, by this process's clock."""
         return self.leased_at + self.lease_seconds - time.monotonic()
 
+    def latest_start(self, send_bound):
+        """The ``time.monotonic()`` after which an attempt would not end, with
+        its outcome, inside the lease: no request is written after it."""
+        return self.leased_at + self.lease_seconds - send_bound - LEASE_MARGIN_SECONDS
+
     def may_start(self, send_bound):
         """Whether an attempt started now ends, with its outcome, inside the lease."""
-        return self.lease_left() > send_bound + LEASE_MARGIN_SECONDS
+        return time.monotonic() < self.latest_start(send_bound)

@@ -233,6 +233,13 @@ def _disabled(subscription_id, kind, reason):
     log.warning("webhook subscription %s disabled: %s", subscription_id, reason)
 
 
+def sending_settings(subscription_ids):
+    """{id: row} of those of these subscriptions that exist, as they are now:
+    what an attempt is sent with, and whether it may be (see the store)."""
+    with database.connection_context():  # a sender thread's: back to the pool after
+        return store.current().sending_settings(subscription_ids)
+
+
 def give_back(jobs):
     """Give leased jobs that were not attempted back to the workers at once
     (each only under the lease it holds)."""

@@ -14,32 +14,11 @@ import time
 
 from ... import metrics
 from ..engine import backlog, throttle
-from . import sender
+from .attempt import FINISH_MARGIN_SECONDS, attempt_and_put
 from .outcome_writer import OutcomeWriter
 from .slots import Slots
 
 log = logging.getLogger(__name__)
-
-FINISH_MARGIN_SECONDS = 10
-"""How long past the attempt deadline a stopping process waits for the
-outcomes of its last attempts to be written."""
-
-
-WRITE_WAIT_SECONDS = 10
-"""Longest a failed attempt keeps its slot waiting for its outcome to be written."""
-
-
-def attempt_and_put(job, settings, writer, context=None):
-    """Attempt ``job`` and have its outcome written; after a failure, wait
-    (at most WRITE_WAIT_SECONDS) until it is, so that the caller frees the
-    slot only once the next attempt at that receiver would see what the
-    failure did (the breaker, a 410's disabling). Whether it was delivered."""
-    result = sender.attempt(job, settings, context)
-    written = writer.put(job, result)
-    if not result.ok:
-        written.wait(WRITE_WAIT_SECONDS)
-    return result.ok
-
 
 class WebSender:
     """Attempts offered jobs on free slots; gives the others back."""
@@ -91,7 +70,7 @@ class WebSender:
     def _attempt(self, job, context):
         try:
             if throttle.admits_stored(job, self.writer.give_back):  # else left to the workers
-                attempt_and_put(job, self.settings, self.writer, context)
+                attempt_and_put(job, self.settings, self.writer, context, token_taken=True)
         finally:
             self.slots.release(job)
 

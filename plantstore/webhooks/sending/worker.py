@@ -30,11 +30,11 @@ import time
 from ... import clock
 from ...db import database
 from ..engine import queue, throttle
-from . import spans
+from . import own_trouble, spans
+from .attempt import FINISH_MARGIN_SECONDS, attempt_and_put
 from .maintenance import Maintenance
 from .outcome_writer import OutcomeWriter
 from .slots import Slots
-from .web_sender import FINISH_MARGIN_SECONDS, attempt_and_put
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +95,11 @@ class Worker:
             limit = min(room.free, self.settings.batch_size)
             slot_room = self.slots.room(for_waiting=False)
             caps = throttle.take_for_claim(slot_room, min(slot_room.free, limit), due_by)
+            left_to_others = dict.fromkeys(own_trouble.avoided(), 0)
             jobs = queue.claim(limit, self.settings,
                                room.receiver_default, room.owner_default,
-                               {**room.receivers, **caps}, room.owners, due_by=due_by)
+                               {**room.receivers, **caps, **left_to_others}, room.owners,
+                               due_by=due_by)
             jobs = throttle.settle(caps, jobs, self.writer.give_back)
             span.claimed(job.traceparent for job in jobs)
         return jobs, caps.keys()
@@ -113,7 +115,7 @@ class Worker:
                 placed = self.slots.take_or_wait(job, may_wait=not (
                     job.breaker_open or job.subscription_id in throttled))
             if placed == "slot":
-                self._pool.submit(self._attempts, job)
+                self._pool.submit(self._attempts, job, job.subscription_id in throttled)
             elif placed is None:
                 self.writer.give_back(job)
 
@@ -126,16 +128,20 @@ class Worker:
         for job in started:
             self._pool.submit(self._attempts, job)
 
-    def _attempts(self, job):
-        """Attempt ``job``, then each waiting job its slot is handed to."""
+    def _attempts(self, job, token_taken=False):
+        """Attempt ``job`` (``token_taken``: its throttled receiver's token was
+        taken for it by the claim), then each waiting job its slot is handed
+        to (never a throttled receiver's)."""
         while job is not None:
             try:
-                delivered = attempt_and_put(job, self.settings, self.writer)
+                delivered = attempt_and_put(job, self.settings, self.writer,
+                                            token_taken=token_taken)
             except Exception:  # its lease runs out: a worker retries it
                 log.exception("delivery %s: the attempt could not be made", job.delivery_id)
                 delivered = False
             job, stale = self.slots.release(job, failed=not delivered,
                                             take_next=not self.stopping.is_set())
+            token_taken = False
             for waiting in stale:
                 self.writer.give_back(waiting)
 

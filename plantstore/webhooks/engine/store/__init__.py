@@ -84,6 +84,11 @@ class DeliveryStore(Protocol):
         """Write ``outcomes`` (``queue.OutcomeRow``) under their leases and
         the breakers' ``moves`` ({id: rules.BreakerMove}); the ids written."""
 
+    def sending_settings(self, subscription_ids):
+        """{id: row} of those of these subscriptions that exist: what an
+        attempt is sent with now (url, bearer_token, secret, retired_secrets)
+        and whether it may be sent at all (is_active, rate_limit)."""
+
     def still_there(self, delivery_ids):
         """Those of these deliveries that still exist."""
 

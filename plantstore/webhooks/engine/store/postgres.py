@@ -83,6 +83,11 @@ def write_outcomes(outcomes, moves, settings):
     return {row["delivery_id"] for row in rows}
 
 
+def sending_settings(subscription_ids):
+    return {row["subscription_id"]: row
+            for row in QUERIES.rows("sending_settings", {"ids": sorted(subscription_ids)})}
+
+
 def still_there(delivery_ids):
     return {row["delivery_id"] for row in QUERIES.rows("still_there",
                                                        {"ids": list(delivery_ids)})}

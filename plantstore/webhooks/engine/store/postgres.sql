@@ -35,6 +35,11 @@ SELECT * FROM plantstore_record_outcomes_v2(
     %(receiver_ids)s::int[], %(streaks)s::int[], %(opened)s::text[], %(probes)s::text[],
     %(succeeded)s::bool[], %(cooldown)s) AS written (delivery_id)
 
+-- name: sending_settings
+SELECT id AS subscription_id, url, bearer_token, secret, retired_secrets, is_active,
+       rate_limit
+FROM subscription WHERE id = ANY(%(ids)s::int[])
+
 -- name: still_there
 SELECT id AS delivery_id FROM delivery WHERE id = ANY(%(ids)s::bigint[])
 

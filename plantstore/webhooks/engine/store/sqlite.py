@@ -132,6 +132,12 @@ def _stamp(moment):
     return moment.isoformat(" ")
 
 
+def sending_settings(subscription_ids):
+    return {row["subscription_id"]: row
+            for row in QUERIES.rows("sending_settings",
+                                    {"ids": json.dumps(sorted(subscription_ids))})}
+
+
 def still_there(delivery_ids):
     return {row["delivery_id"] for row in QUERIES.rows(
         "still_there", {"ids": json.dumps(list(delivery_ids))})}

@@ -86,6 +86,11 @@ UPDATE subscription SET failure_streak = :streak,
     last_success_at = CASE WHEN :succeeded THEN :now ELSE last_success_at END
 WHERE id = :subscription_id
 
+-- name: sending_settings
+SELECT id AS subscription_id, url, bearer_token, secret, retired_secrets, is_active,
+       rate_limit
+FROM subscription WHERE id IN (SELECT value FROM json_each(:ids))
+
 -- name: still_there
 SELECT id AS delivery_id FROM delivery WHERE id IN (SELECT value FROM json_each(:ids))
 
