@@ -47,6 +47,7 @@ SERVICES_PACKAGES = ("postgresql-15", "nginx", "ca-certificates")
 IMAGE = "localhost/plantstore:test"
 POSTGRES_IMAGE = "localhost/plantstore-test-postgres:15"
 NGINX_IMAGE = "localhost/plantstore-test-nginx:bookworm"
+BASE_LABEL = "org.plantstore.test.base"  # on the bases and every image built on them
 # The stop bounds docs/operating.md gives (as the systemd units' TimeoutStopSec).
 WEB_STOP_SECONDS = 45
 WORKER_STOP_SECONDS = 180
@@ -108,6 +109,11 @@ class Podman:
         found = self("logs", container, check=False)
         return (found.stdout + found.stderr)[-4000:]
 
+    def prune(self):
+        """Remove the untagged images the builds on this test's bases left
+        (build stages, images a rebuild replaced): only the tagged stay."""
+        self("image", "prune", "--force", "--filter", f"label={BASE_LABEL}")
+
     def stop(self, container, bound):
         """Stop with SIGTERM (SIGKILL after ``bound`` seconds); how long it
         took, and the container's exit code."""
@@ -124,7 +130,7 @@ def debian_image(podman, tag, packages):
     command = ["mmdebstrap", "--variant=apt", "--include=" + ",".join(packages), "bookworm"]
     key = hashlib.sha256(" ".join(command).encode()).hexdigest()[:16]
     found = podman("image", "inspect", "--format",
-                   '{{index .Config.Labels "org.plantstore.test.base"}}', tag, check=False)
+                   f'{{{{index .Config.Labels "{BASE_LABEL}"}}}}', tag, check=False)
     if found.returncode == 0 and found.stdout.strip() == key:
         return
     tarball = CACHE / f"{tag.rpartition('/')[2].replace(':', '-')}-{key}.tar"
@@ -132,7 +138,7 @@ def debian_image(podman, tag, packages):
         partial = tarball.with_name(f"{tarball.stem}.partial.tar")
         run([*command, str(partial)], podman.env, timeout=600)
         partial.rename(tarball)
-    podman("import", "--change", f"LABEL org.plantstore.test.base={key}",
+    podman("import", "--change", f"LABEL {BASE_LABEL}={key}",
            str(tarball), tag, timeout=300)
 
 
@@ -155,6 +161,7 @@ def image(podman):
         f"/usr/bin/python3 is {host_python}")
     run(["make", "image", f"IMAGE={IMAGE}", f"IMAGE_BASE={BASE}",
          "IMAGE_PYTHON=/usr/bin/python3", "CONTAINER_ENGINE=podman"], podman.env, timeout=900)
+    podman.prune()
     return IMAGE
 
 
@@ -348,3 +355,116 @@ def test_web_worker_and_commands_serve_the_readme_session_and_a_signed_webhook(
     took, code = podman.stop(worker, WORKER_STOP_SECONDS)
     assert code == 0, podman.logs(worker)
     print(f"worker stopped in {took:.1f} s (bound {WORKER_STOP_SECONDS} s)")
+
+
+# --- config/compose.yaml ------------------------------------------------------
+
+# Stand-ins for the official postgres and nginx images, which no registry
+# here serves: the same contract (POSTGRES_USER, POSTGRES_PASSWORD,
+# POSTGRES_DB and the data directory; conf.d/*.conf inside http {}, stop by
+# SIGQUIT), Debian 12's packages inside.
+POSTGRES_CONTAINERFILE = f"""\
+FROM {SERVICES_BASE}
+COPY entrypoint /usr/local/bin/postgres-entrypoint
+ENV PATH=/usr/lib/postgresql/15/bin:$PATH PGDATA=/var/lib/postgresql/data
+STOPSIGNAL SIGINT
+ENTRYPOINT ["/usr/local/bin/postgres-entrypoint"]
+"""
+POSTGRES_ENTRYPOINT = """\
+#!/bin/sh
+set -eu
+as_postgres() { setpriv --reuid=postgres --regid=postgres --init-groups "$@"; }
+mkdir -p "$PGDATA" /run/postgresql
+chown postgres:postgres "$PGDATA" /run/postgresql
+chmod 0700 "$PGDATA"
+if [ ! -s "$PGDATA/PG_VERSION" ]; then
+    printf '%s\\n' "$POSTGRES_PASSWORD" > /run/postgresql/password
+    as_postgres initdb -D "$PGDATA" -U "$POSTGRES_USER" --pwfile=/run/postgresql/password \\
+        --auth-local=trust --auth-host=scram-sha-256 > /dev/null
+    rm /run/postgresql/password
+    echo "host all all all scram-sha-256" >> "$PGDATA/pg_hba.conf"
+    as_postgres pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start > /dev/null
+    as_postgres psql -q -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres \\
+        -c "CREATE DATABASE \\"$POSTGRES_DB\\""
+    as_postgres pg_ctl -D "$PGDATA" -m fast -w stop > /dev/null
+fi
+exec setpriv --reuid=postgres --regid=postgres --init-groups \\
+    postgres -D "$PGDATA" -c listen_addresses='*'
+"""
+NGINX_CONTAINERFILE = f"""\
+FROM {SERVICES_BASE}
+RUN rm -f /etc/nginx/sites-enabled/default \\
+    && ln -sf /dev/stdout /var/log/nginx/access.log && ln -sf /dev/stderr /var/log/nginx/error.log
+STOPSIGNAL SIGQUIT
+CMD ["nginx", "-g", "daemon off;"]
+"""
+
+
+@pytest.fixture(scope="module")
+def stand_ins(podman, tmp_path_factory):
+    """The postgres and nginx stand-in images (podman's cache makes a rerun quick)."""
+    debian_image(podman, SERVICES_BASE, SERVICES_PACKAGES)
+    for tag, containerfile, files in ((POSTGRES_IMAGE, POSTGRES_CONTAINERFILE,
+                                       {"entrypoint": POSTGRES_ENTRYPOINT}),
+                                      (NGINX_IMAGE, NGINX_CONTAINERFILE, {})):
+        context = tmp_path_factory.mktemp("stand-in")
+        (context / "Containerfile").write_text(containerfile)
+        for name, text in files.items():
+            (context / name).write_text(text)
+            (context / name).chmod(0o755)
+        podman("build", "--format", "docker", "-t", tag, str(context), timeout=300)
+    podman.prune()
+
+
+@pytest.mark.slow
+@needs_podman
+@pytest.mark.skipif(shutil.which("podman-compose") is None,
+                    reason="needs podman-compose (apt-get install podman-compose)")
+def test_the_compose_stack_serves_the_readme_session_through_nginx(podman, image, stand_ins):
+    """config/compose.yaml as it is, its images and published address set by
+    its variables: PostgreSQL, the migrations, web, worker and nginx start;
+    the README's session goes through nginx's published port; everything
+    stops with exit code 0."""
+    project = f"plantstore_test_{os.getpid()}"
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    env = {**podman.env, "PLANTSTORE_IMAGE": image, "POSTGRES_IMAGE": POSTGRES_IMAGE,
+           "NGINX_IMAGE": NGINX_IMAGE, "POSTGRES_PASSWORD": os.urandom(16).hex(),
+           "PLANTSTORE_HTTP_ADDRESS": f"127.0.0.1:{port}"}
+    compose = ["podman-compose", "-f", str(REPO / "config" / "compose.yaml"), "-p", project]
+
+    def container(service):
+        return f"{project}_{service}_1"
+    try:
+        run([*compose, "up", "-d"], env, timeout=300)
+        # podman-compose 1.0 ignores depends_on's conditions: the migration
+        # retries (restart: on-failure) until PostgreSQL answers.
+        wait_until(lambda: podman.state(container("migrate"))["Status"] == "exited"
+                   and podman.state(container("migrate"))["ExitCode"] == 0,
+                   timeout=120, interval=0.2,
+                   message=lambda: f"the migrations to end: {podman.logs(container('migrate'))}")
+        wait_ready(base_url, podman, container("nginx"))
+
+        def command(*args):
+            return podman("exec", container("web"), "plantstore", *args).stdout.strip()
+        command("users", "create", "alice")
+        token = command("tokens", "create", "alice")
+        assert readme_session(base_url, token) == []
+
+        # nginx in front: its own JSON answers, /metrics kept from other hosts.
+        metrics = requests.get(base_url + "/metrics", timeout=30)
+        assert (metrics.status_code, metrics.json()["error"]) == (403, 403)
+        traced = requests.get(base_url + "/healthz", headers={"X-Request-ID": "compose.1"},
+                              timeout=30)
+        assert traced.headers["X-Request-ID"] == "compose.1"
+        assert podman.state(container("worker"))["Status"] == "running"
+
+        run([*compose, "stop", "--timeout", str(WEB_STOP_SECONDS)], env,
+            timeout=5 * WEB_STOP_SECONDS)
+        codes = {service: podman.state(container(service))["ExitCode"]
+                 for service in ("nginx", "worker", "web", "migrate", "db")}
+        assert codes == dict.fromkeys(codes, 0), {
+            service: podman.logs(container(service)) for service, code in codes.items() if code}
+    finally:
+        run([*compose, "down", "--volumes"], env, timeout=300, check=False)
+        podman("network", "rm", "--force", f"{project}_default", check=False)
