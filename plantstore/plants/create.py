@@ -6,8 +6,11 @@ On PostgreSQL it is one statement (``plantstore_store_plant_v2`` or
 ``plantstore_store_keyed_plant_v2``, migration 0010): the token is checked
 in it too, and if it is not valid nothing is written (``TokenRefused``);
 if the key is taken nothing is written and ``KeyTaken`` says what was
-found. On SQLite (one host) it is one transaction, nested in the caller's
-(the idempotency decorator's, which claims the key there).
+found. A subscription deleted while the statement ran fails it as a
+whole (its delivery's foreign key): it is tried again, and the plant
+goes on without that subscription. On SQLite (one host) it is one
+transaction, nested in the caller's (the idempotency decorator's, which
+claims the key there).
 
 The deliveries whose receiver's breaker is closed are leased to the
 calling process, which attempts them once committed
@@ -32,6 +35,9 @@ from ..webhooks.sending import spans
 SQL_DIR = os.path.join(os.path.dirname(__file__), "sql")
 POSTGRES = Queries(os.path.join(SQL_DIR, "postgres.sql"))
 SQLITE = Queries(os.path.join(SQL_DIR, "sqlite.sql"))
+
+FOREIGN_KEY_VIOLATION = "23503"
+"""PostgreSQL's SQLSTATE for a row referring to one that is not there."""
 
 FOUND_COLUMNS = ("found_fingerprint", "found_status", "found_content_type", "found_body",
                  "found_expired")
@@ -65,12 +71,48 @@ def store_plant(plant, event_type, payload, settings, traceparent=None, key_clai
               "event": event_type, "payload": payload, "traceparent": traceparent,
               "lease_seconds": settings.lease_seconds,
               "token_digest": token and token.digest, "scope": token and token.scope}
-    rows = POSTGRES.rows("store_plant", values) if key_claim is None \
-        else _store_keyed(values, key_claim)
+    rows = _retried_while_subscriptions_vanish(
+        lambda: POSTGRES.rows("store_plant", values) if key_claim is None
+        else _store_keyed(values, key_claim))
     if not rows:
         raise TokenRefused()
     return queue.jobs_to_send([row for row in rows if row["delivery_id"] is not None],
                               leased_at, settings)
+
+
+VANISHED_TRIES = 4
+"""Statements a create tries while subscriptions it read are deleted under it."""
+
+
+class SubscriptionsChanging(Exception):
+    """Subscriptions were deleted under every try of a create: nothing was
+    stored (a 503 that asks to try again, never a 409)."""
+
+
+def _a_subscription_vanished(error):
+    """Whether ``error`` is a create's delivery referring to a subscription
+    deleted after the statement read it (not the plant's id taken)."""
+    cause = error.__context__
+    return (getattr(cause, "pgcode", None) == FOREIGN_KEY_VIOLATION
+            and getattr(getattr(cause, "diag", None), "table_name", None) == "delivery")
+
+
+def _retried_while_subscriptions_vanish(store):
+    """``store()``'s rows, tried again when a subscription it would announce
+    the plant to was deleted meanwhile (its delivery fails the foreign key
+    and nothing is written): the next try's snapshot no longer holds it.
+    Inside a transaction, each try is a savepoint."""
+    for tries_left in range(VANISHED_TRIES - 1, -1, -1):
+        try:
+            if not database.transaction_depth():
+                return store()
+            with database.atomic():
+                return store()
+        except IntegrityError as error:
+            if not _a_subscription_vanished(error):
+                raise
+            if not tries_left:
+                raise SubscriptionsChanging() from None
 
 
 def _store_keyed(values, key_claim):

@@ -7,6 +7,7 @@ from peewee import IntegrityError
 from .. import idempotency
 from ..api import Blueprint, json_response, no_content
 from ..auth import READ, WRITE, token_to_check
+from ..errors import RETRY_AFTER_SECONDS, error_response
 from ..models import Plant
 from ..webhooks.config import web_sender_of
 from . import create, queries
@@ -45,11 +46,12 @@ def list_plants(limit=None, after=None):
     page.
     """
     limit_max = current_app.config["LIST_LIMIT_MAX"]
+    limit_default = min(current_app.config["LIST_LIMIT_DEFAULT"], limit_max)
     if limit is None:
-        limit = min(current_app.config["LIST_LIMIT_DEFAULT"], limit_max)
+        limit = limit_default
     elif limit > limit_max:
         abort(400, messages={"query": {"limit": [
-            f"Must be less than or equal to {limit_max}."]}})
+            f"Must be less than or equal to {limit_max}, e.g. {limit_default}."]}})
     rows = queries.page(g.caller, after, limit + 1)
     headers = {}
     if len(rows) > limit:
@@ -81,6 +83,10 @@ def create_plant(new_plant):
                                    idempotency.answering(answer), token)
     except IntegrityError:
         abort(409, message=f"A plant with id {new_plant['id']} already exists.")
+    except create.SubscriptionsChanging:
+        return error_response(503, "Webhook subscriptions changed during the create and "
+                               "nothing was stored; try again.",
+                               headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
     return answer
 
 

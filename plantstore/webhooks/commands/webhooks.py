@@ -129,9 +129,7 @@ def _breaker_state(subscription):
 @click.argument("subscription_id", type=ROW_ID)
 def webhooks_remove(subscription_id):
     """Delete receiver SUBSCRIPTION_ID with its deliveries."""
-    subscription = find_subscription(subscription_id)
-    with database.atomic():
-        subscription.delete_instance(recursive=True)
+    queue.delete_subscription(find_subscription(subscription_id).id)
     click.echo(f"removed webhook subscription {subscription_id}")
 
 

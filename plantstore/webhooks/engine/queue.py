@@ -144,15 +144,18 @@ def record(attempts, settings):
                for job, result in attempts]
     changes = rules.batch_changes((job.subscription_id, result) for job, result, _ in decided)
     backend = store.current()
-    # All delivered: one statement (no move depends on a row's state). A
-    # failure reads its breakers under lock and may disable its
-    # subscription, in the same transaction.
+    # A failure reads its breakers under lock and may disable its
+    # subscription, in the same transaction. Where writers lock rows, every
+    # subscription the batch moves is locked first, in id order, before any
+    # delivery row (the one lock order); else all delivered is one statement.
     failed = any(outcome.kind != DELIVERED for _, _, outcome in decided)
+    wanted = {subscription_id for subscription_id, (closed, failures, _) in changes.items()
+              if rules.needs_state(closed, failures)}
     with database.connection_context(), (
-            database.atomic() if failed else contextlib.nullcontext()):
-        states = backend.breaker_states(
-            {subscription_id for subscription_id, (closed, failures, _) in changes.items()
-             if rules.needs_state(closed, failures)})
+            database.atomic() if failed or backend.LOCKS_ROWS else contextlib.nullcontext()):
+        read = backend.breaker_states(set(changes) if backend.LOCKS_ROWS else wanted)
+        states = {subscription_id: state for subscription_id, state in read.items()
+                  if subscription_id in wanted}
         moves = rules.breaker_moves(changes, states, settings.breaker_threshold)
         written = backend.write_outcomes(
             [_outcome_row(*entry) for entry in decided], moves, settings)
@@ -255,7 +258,15 @@ def recover(subscription_id, since):
     """Queue again every failed delivery of the subscription created at or
     after ``since`` (naive UTC), with its webhook-id, under a new lease;
     returns how many."""
-    return store.current().recover(subscription_id, since)
+    with database.atomic():
+        return store.current().recover(subscription_id, since)
+
+
+def delete_subscription(subscription_id):
+    """Delete a subscription with its deliveries and their attempts (its row
+    locked first: the one lock order); whether it was there."""
+    with database.atomic():
+        return store.current().delete_subscription(subscription_id)
 
 
 def purge_batch(older_than_days):

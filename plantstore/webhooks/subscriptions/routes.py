@@ -173,9 +173,7 @@ def update_subscription(changes, id):
 @blp.documents_errors(400, 404)
 def delete_subscription(id):
     """Deletes one of your webhook subscriptions and its deliveries."""
-    subscription = _own(id)
-    with database.atomic():
-        subscription.delete_instance(recursive=True)
+    queue.delete_subscription(_own(id).id)
     return no_content()
 
 

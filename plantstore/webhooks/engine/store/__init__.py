@@ -50,6 +50,12 @@ class DeliveryStore(Protocol):
     trigger: stored unleased with ``lease`` 0 when there was none); if not,
     the web process takes it itself (``throttle.admits``)."""
 
+    LOCKS_ROWS: bool
+    """Whether writers take row locks (PostgreSQL): then an outcome batch
+    locks every subscription it moves, in id order, before any delivery
+    row (``breaker_states``), the one lock order of
+    docs/webhooks-isolation.md."""
+
     def claim_transaction(self):
         """A context in which a claim's reads and leases run (SQLite: one
         write transaction; PostgreSQL: none, its lease re-checks each row)."""
@@ -103,9 +109,13 @@ class DeliveryStore(Protocol):
     def enable(self, subscription_id):
         """Enable a subscription again, its breaker closed."""
 
+    def delete_subscription(self, subscription_id):
+        """Delete a subscription with its deliveries and their attempts, its
+        row locked first; whether it was there."""
+
     def recover(self, subscription_id, since):
         """Queue again, under a new lease, its failed deliveries created
-        since ``since``; how many."""
+        since ``since`` (its subscription's row locked first); how many."""
 
     def purge_batch(self, older_than_days, limit):
         """Delete up to ``limit`` finished deliveries older than that, with

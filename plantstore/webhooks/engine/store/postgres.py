@@ -20,6 +20,7 @@ from ..rules import BreakerState
 from . import new_message_id
 
 TAKES_TOKEN_AT_INSERT = True  # migration 0011's trigger: lease 0 when it had none
+LOCKS_ROWS = True  # writers of many hosts: subscription rows are locked before deliveries
 
 QUERIES = Queries(os.path.join(os.path.dirname(__file__), "postgres.sql"))
 
@@ -114,7 +115,12 @@ def enable(subscription_id):
     QUERIES.execute("enable", {"id": subscription_id})
 
 
+def delete_subscription(subscription_id):
+    return bool(QUERIES.execute("delete_subscription", {"id": subscription_id}).rowcount)
+
+
 def recover(subscription_id, since):
+    QUERIES.execute("lock_subscription", {"id": subscription_id})
     return QUERIES.execute("recover", {"id": subscription_id, "since": since}).rowcount
 
 

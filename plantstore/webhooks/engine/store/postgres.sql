@@ -21,11 +21,14 @@ WHERE d.id = ANY(%(ids)s::bigint[])
 ORDER BY d.id
 
 -- name: breaker_states
--- The breakers a batch's moves depend on, locked until the batch commits.
+-- The breakers a batch's moves depend on, locked until the batch commits,
+-- in id order and before any delivery row (docs/webhooks-isolation.md, "One
+-- lock order"). NO KEY UPDATE: a create's deliveries (whose foreign keys
+-- take KEY SHARE on these rows) are never made to wait by it.
 SELECT id AS subscription_id, failure_streak, breaker_opened_at IS NOT NULL AS breaker_open
 FROM subscription WHERE id = ANY(%(ids)s::int[])
 ORDER BY id
-FOR UPDATE
+FOR NO KEY UPDATE
 
 -- name: record_outcomes
 SELECT * FROM plantstore_record_outcomes_v2(
@@ -90,6 +93,15 @@ RETURNING id
 UPDATE delivery SET status = 'failed', locked_until = NULL, lease = lease + 1,
     last_error = %(last_error)s
 WHERE subscription_id = %(id)s AND status = 'pending'
+
+-- name: delete_subscription
+-- The subscription's row first, then its deliveries and their attempts by
+-- the foreign keys' cascade: the one lock order (docs/webhooks-isolation.md).
+DELETE FROM subscription WHERE id = %(id)s
+
+-- name: lock_subscription
+-- Its row, before any of its deliveries' (the one lock order).
+SELECT id FROM subscription WHERE id = %(id)s FOR NO KEY UPDATE
 
 -- name: recover
 -- A subscription's failed deliveries created since %(since)s, queued again

@@ -21,6 +21,7 @@ from ..rules import BreakerState
 from . import new_message_id
 
 TAKES_TOKEN_AT_INSERT = False  # a web process takes its token itself (throttle.admits)
+LOCKS_ROWS = False  # one writer at a time: no row locks to order
 
 QUERIES = Queries(os.path.join(os.path.dirname(__file__), "sqlite.sql"))
 
@@ -165,6 +166,12 @@ def stop_subscription(subscription_id, reason, failing_cutoff_seconds=None):
 def enable(subscription_id):
     with database.atomic():
         QUERIES.execute("enable", {"id": subscription_id, "now": clock.now()})
+
+
+def delete_subscription(subscription_id):
+    QUERIES.execute("delete_attempts_of_subscription", {"id": subscription_id})
+    QUERIES.execute("delete_deliveries_of_subscription", {"id": subscription_id})
+    return bool(QUERIES.execute("delete_subscription", {"id": subscription_id}).rowcount)
 
 
 def recover(subscription_id, since):

@@ -118,6 +118,16 @@ UPDATE delivery SET status = 'failed', locked_until = NULL, lease = lease + 1,
     last_error = :last_error
 WHERE subscription_id = :id AND status = 'pending'
 
+-- name: delete_attempts_of_subscription
+DELETE FROM attempt
+WHERE delivery_id IN (SELECT id FROM delivery WHERE subscription_id = :id)
+
+-- name: delete_deliveries_of_subscription
+DELETE FROM delivery WHERE subscription_id = :id
+
+-- name: delete_subscription
+DELETE FROM subscription WHERE id = :id
+
 -- name: recover
 UPDATE delivery SET status = 'pending', attempts = 0, lease = lease + 1,
     next_attempt_at = :now, locked_until = NULL
