@@ -18,6 +18,7 @@ before this release.
 """
 import functools
 import logging
+import re
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
@@ -33,6 +34,12 @@ class SecretUnreadable(Exception):
     """A stored value that no configured key opens (or encrypted, and no keys)."""
 
 
+FERNET_KEY = re.compile(r"[A-Za-z0-9_-]{43}=")
+"""A Fernet key exactly as ``plantstore keys generate`` writes it: 32 bytes in
+url-safe base64. ``Fernet()`` alone would take ``K1;K2`` or ``K1garbage!!``
+as K1 (base64 decoding stops at the padding and skips what it does not know)."""
+
+
 def parse_keys(raw):
     """The keys of ``PLANTSTORE_ENCRYPTION_KEYS``: comma-separated Fernet keys
     (empty: none). A malformed one is named by its position, never shown."""
@@ -43,12 +50,11 @@ def parse_keys(raw):
     else:
         raise ValueError("must be comma-separated keys from `plantstore keys generate`")
     for position, key in enumerate(items, start=1):
-        try:
-            Fernet(key)
-        except (ValueError, TypeError):
+        if not FERNET_KEY.fullmatch(key):
+            separated = "; separate keys with commas" if re.search(r"[\s;:|]", key) else ""
             raise ValueError(f"must be comma-separated keys from `plantstore keys "
                              f"generate`: key {position} of {len(items)} is not a Fernet "
-                             "key (32 url-safe base64-encoded bytes)") from None
+                             f"key (44 characters of url-safe base64 ending in =){separated}")
     if len(set(items)) < len(items):
         raise ValueError("must not list a key twice")
     return tuple(items)

@@ -10,6 +10,7 @@ query-string schema.
 - ``QueryArgsSchema``: a query string whose arguments each come once.
 """
 import datetime
+import json
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -22,22 +23,31 @@ class Text(ma.fields.String):
     PostgreSQL refuses NUL characters and no database takes unpaired
     surrogates (which JSON's \\ud800 escapes can produce), so both are
     refused here with a 400 instead of failing at the database. The
-    document says so too, with a pattern that excludes NUL.
+    document says so too, with a pattern that excludes NUL. Every refusal
+    shows ``example`` (a valid value; the metadata's example by default).
     """
     NO_NUL_PATTERN = "^[^\\u0000]*$"  # JSON Schema (ECMA 262) regex syntax
 
-    def __init__(self, **kwargs):
+    def __init__(self, example=None, **kwargs):
         metadata = {"pattern": self.NO_NUL_PATTERN, **kwargs.pop("metadata", {})}
-        super().__init__(metadata=metadata, **kwargs)
+        shown = json.dumps(example or metadata.get("example") or "text")
+        self.expected = f"Must be a string, e.g. {shown}"
+        error_messages = {"invalid": f"{self.expected}.", "null": f"{self.expected}, not null.",
+                          "required": f"Required, e.g. {shown}.",
+                          "nul": f"Must not contain NUL characters, e.g. {shown}.",
+                          "unicode": f"Must be valid Unicode text (no unpaired "
+                                     f"surrogates), e.g. {shown}.",
+                          **kwargs.pop("error_messages", {})}
+        super().__init__(metadata=metadata, error_messages=error_messages, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
         text = super()._deserialize(value, attr, data, **kwargs)
         if "\x00" in text:
-            raise ma.ValidationError("Must not contain NUL characters.")
+            raise self.make_error("nul")
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
-            raise ma.ValidationError("Must be valid Unicode text.") from None
+            raise self.make_error("unicode") from None
         return text
 
 
@@ -51,38 +61,39 @@ class IntegerText(ma.fields.Integer):
     so the id a create sent always names its plant. Values outside
     ``minimum``..``maximum`` are refused with the bound named, before
     ``int()`` runs on thousands of digits, and so are exponents past what
-    a ``Decimal`` holds.
+    a ``Decimal`` holds. Every refusal shows ``example`` (42 unless given).
     """
     DIGITS = re.compile(r"-?[0-9]+")
     JSON_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
     default_error_messages = {
-        "invalid": "Must be an integer: ASCII digits with an optional leading -, e.g. 42.",
-        "too_small": "Must be greater than or equal to {minimum}.",
-        "too_large": "Must be less than or equal to {maximum}.",
-        "unreadable": "Must be an integer from {minimum} to {maximum}, e.g. 42; "
+        "invalid": "Must be an integer: ASCII digits with an optional leading -, "
+                   "e.g. {example}.",
+        "too_small": "Must be greater than or equal to {minimum}, e.g. {example}.",
+        "too_large": "Must be less than or equal to {maximum}, e.g. {example}.",
+        "unreadable": "Must be an integer from {minimum} to {maximum}, e.g. {example}; "
                       "this one's exponent is out of range.",
     }
 
-    def __init__(self, minimum, maximum, json_spellings=False, **kwargs):
-        self.minimum, self.maximum = minimum, maximum
+    def __init__(self, minimum, maximum, json_spellings=False, example=42, **kwargs):
+        self.minimum, self.maximum, self.example = minimum, maximum, example
         self.written = self.JSON_NUMBER if json_spellings else self.DIGITS
         metadata = {"minimum": minimum, "maximum": maximum, **kwargs.pop("metadata", {})}
         super().__init__(metadata=metadata, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
+        bounds = {"minimum": self.minimum, "maximum": self.maximum, "example": self.example}
         if not isinstance(value, str) or not self.written.fullmatch(value):
-            raise self.make_error("invalid")
+            raise self.make_error("invalid", **bounds)
         try:
             number = Decimal(value)
         except InvalidOperation:  # an exponent past Decimal's: 1e99999999999999999999
-            raise self.make_error("unreadable", minimum=self.minimum,
-                                  maximum=self.maximum) from None
+            raise self.make_error("unreadable", **bounds) from None
         if number != number.to_integral_value():
-            raise self.make_error("invalid")
+            raise self.make_error("invalid", **bounds)
         if number < self.minimum:
-            raise self.make_error("too_small", minimum=self.minimum)
+            raise self.make_error("too_small", **bounds)
         if number > self.maximum:
-            raise self.make_error("too_large", maximum=self.maximum)
+            raise self.make_error("too_large", **bounds)
         return int(number)
 
 
@@ -136,8 +147,9 @@ class QueryArgsSchema(ma.Schema):
 
     @ma.pre_load
     def refuse_repeated_parameters(self, data, **kwargs):
-        repeated = {name: ["Must be given at most once."]
-                    for name in self.fields if len(data.getlist(name)) > 1}
+        repeated = {name: [f"Must be given at most once, e.g. ?{name}="
+                           f"{field.metadata.get('example', getattr(field, 'example', 1))}."]
+                    for name, field in self.fields.items() if len(data.getlist(name)) > 1}
         if repeated:
             raise ma.ValidationError(repeated)
         return data

@@ -56,13 +56,13 @@ class PlantSchema(ma.Schema):
     class Meta:
         ordered = True
 
-    name = Text(required=True, validate=validate.Length(
+    name = Text(example="Fern", required=True, validate=validate.Length(
         1, NAME_MAX_LENGTH, error=f'Must be 1 to {NAME_MAX_LENGTH} characters, e.g. "Fern".'),
         error_messages={"required": 'Required: the plant\'s name, e.g. "name": "Fern".',
                         "invalid": 'Must be a string, e.g. "Fern".',
                         "null": 'Must be a string, e.g. "Fern", not null.'},
         metadata={"description": "The name of the plant"})
-    tag = Text(validate=validate.Length(
+    tag = Text(example="green", validate=validate.Length(
         max=TAG_MAX_LENGTH, error=f'Must be at most {TAG_MAX_LENGTH} characters, e.g. "green".'),
         error_messages={"invalid": 'Must be a string, e.g. "green".',
                         "null": 'Must be a string, e.g. "green"; leave tag out for none.'},
@@ -90,9 +90,9 @@ class NewPlantSchema(PlantSchema):
 
 class PlantQueryArgsSchema(QueryArgsSchema):
     """GET /plants query: page size and the keyset cursor of the next page."""
-    limit = IntegerText(1, INT32_MAX, metadata={
+    limit = IntegerText(1, INT32_MAX, example=100, metadata={
         "description": "The maximum number of results to return", "format": "int32"})
-    after = IntegerText(INT64_MIN, INT64_MAX, metadata={
+    after = IntegerText(INT64_MIN, INT64_MAX, example=4711, metadata={
         "format": "int64",
         "description": "Cursor: list only plants whose id is greater than this "
                        "(taken from the Link header of the previous page)"})

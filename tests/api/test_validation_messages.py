@@ -90,3 +90,67 @@ def test_an_id_or_number_that_is_not_one_shows_one(client, alice, method, path):
     error = assert_error(client.open(path, method=method, headers=bearer(alice)), 400)
     [messages] = error["details"].values()
     assert "e.g." in messages[0], error
+
+
+@pytest.mark.parametrize("body, unknown", [
+    ({"url": "https://93.184.215.14/new", "ratelimit": 5}, "ratelimit"),
+    ({"urll": "https://93.184.215.14/new", "rate_limit": 3}, "urll"),
+    ({"rate_limit": 3, "active": False}, "active")])
+@pytest.mark.parametrize("method", ["POST", "PATCH"])
+def test_an_unknown_webhook_field_is_a_400_naming_it_and_changes_nothing(
+        client, alice, subscription_id, method, body, unknown):
+    path = "/webhooks" if method == "POST" else f"/webhooks/{subscription_id}"
+    before = client.get("/webhooks", headers=bearer(alice)).get_json()
+
+    error = assert_error(client.open(path, method=method, json=body, headers=bearer(alice)),
+                         400)
+
+    assert error["details"][unknown] == [error["details"][unknown][0]], error
+    assert error["details"][unknown][0].startswith("Unknown field: send "), error
+    assert "e.g. {" in error["details"][unknown][0]
+    assert client.get("/webhooks", headers=bearer(alice)).get_json() == before
+
+
+def test_an_unknown_recover_field_is_a_400_naming_it(client, alice, subscription_id):
+    error = assert_error(client.post(f"/webhooks/{subscription_id}/recover",
+                                     json={"since": SINCE, "until": SINCE},
+                                     headers=bearer(alice)), 400)
+    assert list(error["details"]) == ["until"] and f'e.g. {{"since": "{SINCE}"}}' in \
+        error["message"]
+
+
+def test_unknown_fields_of_a_create_are_ignored_as_the_contract_says(client, alice):
+    created = post(client, alice, "/plants", '{"id": 1, "name": "Fern", "colour": "green"}')
+    assert created.status_code == 200 and created.get_json() == {"name": "Fern"}
+
+
+@pytest.mark.parametrize("method, path, body", [
+    ("PATCH", "{webhook}", '{"url": 5}'), ("PATCH", "{webhook}", '{"url": null}'),
+    ("PATCH", "{webhook}", "[1]"), ("PATCH", "{webhook}", "{}"),
+    ("PATCH", "{webhook}", '{"bearer": 5}'), ("PATCH", "{webhook}", '{"bearer": "a b"}'),
+    ("PATCH", "{webhook}", '{"rate_limit": true}'), ("PATCH", "{webhook}", '{"url": "ftp://x"}'),
+    ("PATCH", "{webhook}", '{"url": "https://u:p@93.184.215.14/"}'),
+    ("POST", "/webhooks", '{"url": "https://93.184.215.14/hook", "rate_limit": 0}'),
+    ("POST", "/webhooks", '{"url": "https://93.184.215.14/hook", "rate_limit": 5.5}'),
+    ("POST", "/webhooks", '{"url": "https://93.184.215.14/hook", "bearer": ""}'),
+    ("POST", "/webhooks", '{"url": "https://93.184.215.14/\\u0000"}'),
+    ("POST", "/plants", '{"id": 1, "name": "a\\u0000"}'),
+    ("POST", "/plants", '{"id": 1, "name": "\\ud800"}'),
+    ("GET", "{webhook}/deliveries?status=nope", None),
+    ("GET", "{webhook}/deliveries?limit=0", None),
+    ("GET", "{webhook}/deliveries?limit=1000", None),
+    ("GET", "{webhook}/deliveries?after=0", None),
+    ("GET", "{webhook}/deliveries?limit=1&limit=2", None),
+    ("GET", "/plants?limit=0", None), ("GET", "/plants?limit=1001", None),
+    ("GET", "/plants?after=99999999999999999999", None),
+    ("DELETE", "/plants/99999999999999999999", None),
+])
+def test_every_validation_message_shows_an_example(client, alice, subscription_id, method,
+                                                   path, body):
+    path = path.replace("{webhook}", f"/webhooks/{subscription_id}")
+    response = client.open(path, method=method, data=body, content_type="application/json",
+                           headers=bearer(alice))
+    error = assert_error(response, 400)
+    assert all("e.g." in message for messages in error["details"].values()
+               for message in messages), error
+    assert "e.g." in error["message"], error

@@ -44,14 +44,29 @@ _BEARER_CHARACTERS = frozenset(
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/")
 
 
+URL_EXAMPLE = '"https://hooks.example.com/plantstore"'
+BEARER_EXAMPLE = '"rcv-token-1"'
+
+
+def _with_example(sentence, example):
+    """``sentence`` ending with ``e.g. <example>``: every refusal shows a valid value."""
+    return f"{sentence.removesuffix('.')}, e.g. {example}."
+
+
 def url_problem(url):
-    """None if ``url`` may be a receiver's URL; else why not, as a sentence.
+    """None if ``url`` may be a receiver's URL; else why not, as a sentence
+    ending with an example.
 
     An absolute ``http://`` or ``https://`` URL with a host and a valid
     port, 1 to ``URL_MAX_LENGTH`` characters with no whitespace or control
     characters, and no credentials (they would be sent in place of the
     bearer token, and shown wherever the URL is).
     """
+    problem = _url_problem(url)
+    return problem and _with_example(problem, URL_EXAMPLE)
+
+
+def _url_problem(url):
     if not 1 <= len(url) <= URL_MAX_LENGTH:
         return f"Must be 1 to {URL_MAX_LENGTH} characters."
     if not _is_visible_text(url):
@@ -75,15 +90,15 @@ def url_problem(url):
 
 def bearer_problem(token):
     """None if ``token`` may be sent as ``Authorization: Bearer <token>``;
-    else why not, as a sentence: 1 to ``BEARER_MAX_LENGTH`` characters of
-    RFC 6750's ``b64token`` (letters, digits, ``-._~+/``, then ``=``
-    padding)."""
+    else why not, as a sentence ending with an example: 1 to
+    ``BEARER_MAX_LENGTH`` characters of RFC 6750's ``b64token`` (letters,
+    digits, ``-._~+/``, then ``=`` padding)."""
     if not 1 <= len(token) <= BEARER_MAX_LENGTH:
-        return f"Must be 1 to {BEARER_MAX_LENGTH} characters."
+        return _with_example(f"Must be 1 to {BEARER_MAX_LENGTH} characters", BEARER_EXAMPLE)
     body = token.rstrip("=")
     if not body or not _BEARER_CHARACTERS.issuperset(body):
-        return ("Must be a bearer token (RFC 6750): letters, digits and -._~+/ "
-                "with optional = padding at the end.")
+        return _with_example("Must be a bearer token (RFC 6750): letters, digits and "
+                             "-._~+/ with optional = padding at the end", BEARER_EXAMPLE)
     return None
 
 

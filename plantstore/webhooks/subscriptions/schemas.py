@@ -13,6 +13,7 @@ from .receivers import (
     BEARER_MAX_LENGTH,
     BEARER_PATTERN,
     RATE_LIMIT_MAX,
+    URL_EXAMPLE,
     URL_MAX_LENGTH,
     bearer_problem,
     url_problem,
@@ -37,9 +38,19 @@ def refusing(problem_of):
 
 def rate_limit_field(description):
     """A subscription's ``rate_limit``: deliveries per second, or null for none."""
+    expected = (f"Must be a whole number of deliveries a second from 1 to {RATE_LIMIT_MAX}, "
+                "e.g. 5, or null for no limit.")
     return ma.fields.Integer(strict=True, allow_none=True,
-                             validate=validate.Range(1, RATE_LIMIT_MAX), metadata={
+                             validate=validate.Range(1, RATE_LIMIT_MAX, error=expected),
+                             error_messages={"invalid": expected}, metadata={
                                  "description": description, "example": 5})
+
+
+def unknown_fields_refused(fields, example):
+    """A body schema's messages for a field it does not have (a 400 naming
+    it: a misspelt field is never dropped) and for a body that is no object."""
+    return {"unknown": f"Unknown field: send {fields} only, e.g. {example}.",
+            "type": f"The body must be a JSON object, e.g. {example}."}
 
 
 class NewSubscriptionSchema(ma.Schema):
@@ -48,10 +59,10 @@ class NewSubscriptionSchema(ma.Schema):
 
     class Meta:
         ordered = True
-        unknown = ma.EXCLUDE
+        unknown = ma.RAISE
 
-    error_messages = {"type": 'The body must be a JSON object, e.g. '
-                              '{"url": "https://hooks.example.com/plantstore"}.'}
+    error_messages = unknown_fields_refused("url, bearer and rate_limit",
+                                            f'{{"url": {URL_EXAMPLE}}}')
 
     url = Text(required=True, validate=refusing(url_problem), error_messages={
         "required": 'Required: where to send events, e.g. '
@@ -63,8 +74,7 @@ class NewSubscriptionSchema(ma.Schema):
                        "addresses (unless the operator allows more); no credentials.",
         "example": "https://hooks.example.com/plantstore",
         "minLength": 1, "maxLength": URL_MAX_LENGTH})
-    bearer = Text(validate=refusing(bearer_problem), error_messages={
-        "invalid": 'Must be a string, e.g. "rcv-token-1".',
+    bearer = Text(example="rcv-token-1", validate=refusing(bearer_problem), error_messages={
         "null": 'Must be a string, e.g. "rcv-token-1"; leave bearer out for none.',
     }, metadata={
         "description": "Sent to the receiver as `Authorization: Bearer <bearer>`.",
@@ -80,13 +90,17 @@ class UpdatedSubscriptionSchema(ma.Schema):
 
     class Meta:
         ordered = True
-        unknown = ma.EXCLUDE
+        unknown = ma.RAISE
+
+    error_messages = unknown_fields_refused("any of url, bearer and rate_limit",
+                                            '{"rate_limit": 5}')
 
     url = Text(validate=refusing(url_problem), metadata={
         "description": "A new URL, checked as at registration.",
         "example": "https://hooks.example.com/plantstore",
         "minLength": 1, "maxLength": URL_MAX_LENGTH})
-    bearer = Text(allow_none=True, validate=refusing(bearer_problem), metadata={
+    bearer = Text(example="rcv-token-1", allow_none=True, validate=refusing(bearer_problem),
+                  metadata={
         "description": "A new token sent as `Authorization: Bearer <bearer>`; null: "
                        "send none.",
         "pattern": BEARER_PATTERN, "minLength": 1, "maxLength": BEARER_MAX_LENGTH})
@@ -95,7 +109,8 @@ class UpdatedSubscriptionSchema(ma.Schema):
     @ma.validates_schema
     def changes_something(self, data, **kwargs):
         if not data:
-            raise ma.ValidationError("Give at least one of url, bearer and rate_limit.")
+            raise ma.ValidationError("Give at least one of url, bearer and rate_limit, "
+                                     'e.g. {"rate_limit": 5}.')
 
 
 class SubscriptionSchema(ma.Schema):
@@ -205,10 +220,11 @@ class DeliverySchema(ma.Schema):
 class DeliveryQueryArgsSchema(QueryArgsSchema):
     """GET /webhooks/{id}/deliveries query: a state, a page size, a cursor."""
     status = ma.fields.String(validate=validate.OneOf(
-        [Delivery.PENDING, Delivery.DELIVERED, Delivery.FAILED]))
-    limit = IntegerText(1, LIMIT_MAX, load_default=20,
+        [Delivery.PENDING, Delivery.DELIVERED, Delivery.FAILED],
+        error="Must be one of {choices}, e.g. failed."), metadata={"example": "failed"})
+    limit = IntegerText(1, LIMIT_MAX, load_default=20, example=20,
                         metadata={"description": "Deliveries per page"})
-    after = IntegerText(1, DELIVERY_ID_MAX, metadata={
+    after = IntegerText(1, DELIVERY_ID_MAX, example=4711, metadata={
         "description": "Cursor: only deliveries older than this one (taken from "
                        "the Link header of the previous page)"})
 
@@ -217,10 +233,9 @@ class RecoverSchema(ma.Schema):
     """Which failed deliveries to send again: those created since a time."""
 
     class Meta:
-        unknown = ma.EXCLUDE
+        unknown = ma.RAISE
 
-    error_messages = {"type": 'The body must be a JSON object, e.g. '
-                              '{"since": "2026-01-31T09:00:00Z"}.'}
+    error_messages = unknown_fields_refused("since", '{"since": "2026-01-31T09:00:00Z"}')
 
     since = UtcTimestamp(required=True, error_messages={
         "required": 'Required: send again what failed since when, e.g. '

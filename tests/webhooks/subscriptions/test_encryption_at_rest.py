@@ -13,10 +13,11 @@ from urllib.parse import urlsplit
 import pytest
 from cryptography.fernet import Fernet
 
-from helpers import REPO, bearer, free_port, plantstore_env, run_plantstore
+from helpers import REPO, bearer, free_port, plantstore_env, run_plantstore, setting
 from plantstore import encryption
 from plantstore.db import database
 from plantstore.models import Subscription
+from plantstore.settings import SettingError
 from plantstore.webhooks.subscriptions import stored_secrets
 from plugins.webhooks import PATIENT_SENDS, store_plants, verify
 
@@ -67,6 +68,20 @@ def everything_stored(database_url):
 def verified_by_every_secret(received, secrets):
     """The body of a received request, checked against each of ``secrets``."""
     return [verify(secret, received) for secret in secrets]
+
+
+@pytest.mark.parametrize("written, hint", [
+    (f"{KEY_A};{KEY_B}", "separate keys with commas"),
+    (f"{KEY_A} {KEY_B}", "separate keys with commas"),
+    (f"{KEY_A}garbage!!", ""), (f"{KEY_A}{KEY_B}", ""), (KEY_A.rstrip("="), "")])
+def test_keys_run_together_or_with_garbage_after_them_are_refused_not_cut_to_the_first(
+        written, hint):
+    with pytest.raises(SettingError) as refused:
+        setting("ENCRYPTION_KEYS").read(written)
+    message = str(refused.value)
+    assert message.startswith("PLANTSTORE_ENCRYPTION_KEYS ") and "\n" not in message
+    assert "key 1 of 1 is not a Fernet key" in message and hint in message
+    assert KEY_A not in message and KEY_B not in message
 
 
 def test_a_malformed_key_is_one_line_that_never_shows_the_key():

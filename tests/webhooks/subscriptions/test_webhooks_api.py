@@ -182,7 +182,8 @@ def test_a_url_of_the_longest_length_is_taken_and_one_character_more_is_400(clie
     refused = register(client, alice, longest_url(extra=1))
 
     assert assert_error(refused, 400)["details"] == {
-        "url": [f"Must be 1 to {URL_MAX_LENGTH} characters."]}
+        "url": [f'Must be 1 to {URL_MAX_LENGTH} characters, '
+                'e.g. "https://hooks.example.com/plantstore".']}
     assert Subscription.select().count() == 1
 
 
@@ -197,7 +198,7 @@ def test_a_bearer_of_the_longest_length_is_taken_and_one_character_more_is_400(c
     refused = register(client, alice, url, bearer="b" * (BEARER_MAX_LENGTH + 1))
 
     assert assert_error(refused, 400)["details"] == {
-        "bearer": [f"Must be 1 to {BEARER_MAX_LENGTH} characters."]}
+        "bearer": [f'Must be 1 to {BEARER_MAX_LENGTH} characters, e.g. "rcv-token-1".']}
     assert Subscription.select().count() == 1
 
 
@@ -358,7 +359,7 @@ def test_an_attempt_without_an_answer_has_no_response(client, alice):
 
 @pytest.mark.parametrize("query", ["limit=0", "limit=101", "status=lost", "after=x",
                                    "limit=1&limit=2", "limit=+5", "limit=1_0", "after=0",
-                                   "after=2147483648"])
+                                   "after=9223372036854775808"])
 def test_a_bad_deliveries_query_is_400(client, alice, query):
     body = created(client, alice, "http://127.0.0.1:9/hook")
     response = client.get(f"/webhooks/{body['id']}/deliveries?{query}", headers=bearer(alice))
