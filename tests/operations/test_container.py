@@ -14,10 +14,10 @@ Python release).
 
 It needs podman, runc and mmdebstrap (the stack also podman-compose) and
 is skipped, saying which is missing, without them. It makes and drops a
-database of its own on the PostgreSQL server the suite runs on, so it runs
-in the PostgreSQL pass only:
+database of its own on the PostgreSQL server the suite runs on, and runs
+once per `make test`, in the PostgreSQL pass:
 
-    make test-postgres PYTEST_ARGS=tests/operations/test_container.py -s
+    make test-postgres PYTEST_ARGS='tests/operations/test_container.py -s'
 
 (`-s` shows the image's size, start-up and stop times.)
 """
@@ -65,6 +65,9 @@ MISSING = [tool for tool in ("podman", "runc", "mmdebstrap") if shutil.which(too
 
 needs_podman = pytest.mark.skipif(
     bool(MISSING), reason=f"needs {', '.join(MISSING)} (apt-get install podman runc mmdebstrap)")
+# Once per `make test`: in the PostgreSQL pass, where a server is sure to answer.
+once = pytest.mark.skipif(not POSTGRES_URL, reason="the container tests run once, in the "
+                                                   "PostgreSQL pass (make test-postgres)")
 pytestmark = pytest.mark.timeout(900)  # a first run makes the bases (about a minute)
 
 
@@ -144,8 +147,6 @@ def debian_image(podman, tag, packages):
 
 @pytest.fixture(scope="module")
 def podman():
-    if MISSING:
-        pytest.skip(f"needs {', '.join(MISSING)}")
     return Podman()
 
 
@@ -169,8 +170,6 @@ def image(podman):
 def database():
     """A database of this test's own on the suite's PostgreSQL server (the
     suite's own database is emptied by other tests); dropped afterwards."""
-    if not POSTGRES_URL:
-        pytest.skip("needs PostgreSQL: runs in the PostgreSQL pass (make test-postgres)")
     name = f"plantstore_container_{os.getpid()}"
     admin = psycopg2.connect(POSTGRES_URL)
     admin.autocommit = True
@@ -249,6 +248,7 @@ def wait_ready(base_url, podman, container, seconds=90):
 
 @pytest.mark.slow
 @needs_podman
+@once
 def test_the_image_holds_the_service_and_nothing_else(podman, image):
     inspected = json.loads(podman("image", "inspect", image).stdout)[0]
     config = inspected["Config"]
@@ -286,6 +286,7 @@ def test_the_image_holds_the_service_and_nothing_else(podman, image):
 
 @pytest.mark.slow
 @needs_podman
+@once
 def test_web_worker_and_commands_serve_the_readme_session_and_a_signed_webhook(
         podman, image, database, containers, make_receiver):
     """One image, three roles, each chosen by its command, on the host's
@@ -418,6 +419,7 @@ def stand_ins(podman, tmp_path_factory):
 
 @pytest.mark.slow
 @needs_podman
+@once
 @pytest.mark.skipif(shutil.which("podman-compose") is None,
                     reason="needs podman-compose (apt-get install podman-compose)")
 def test_the_compose_stack_serves_the_readme_session_through_nginx(podman, image, stand_ins):
