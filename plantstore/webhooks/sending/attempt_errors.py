@@ -58,6 +58,27 @@ def _causes(error):
         error = wrapped or error.__cause__ or error.__context__
 
 
+_LINE_TOO_LONG = re.compile(r"more than (\d+) bytes when reading (.+)")
+
+
+def _too_long(cause):
+    """A line of the answer over http.client's limit: which line, and the limit."""
+    found = _LINE_TOO_LONG.search(str(cause))
+    if not found:
+        return "a line of the answer is too long"
+    return f"a {found.group(2)} of the answer is too long (over {found.group(1)} bytes)"
+
+
+def _cut_short(cause):
+    """A body that ended before its Content-Length: how much of it came."""
+    partial, remaining = cause.partial, cause.expected
+    got = len(partial) if isinstance(partial, bytes) else partial
+    if isinstance(got, int) and isinstance(remaining, int):
+        return (f"the answer ended before its declared length "
+                f"({got} of {got + remaining} bytes)")
+    return "the answer ended before its declared length"
+
+
 def _named(cause):
     """The plain words for one cause, or None when it has none here."""
     if isinstance(cause, ssrf.ForbiddenAddress):
@@ -72,10 +93,12 @@ def _named(cause):
         return "TLS handshake failed (is the receiver serving HTTPS on that port?)"
     if isinstance(cause, http.client.RemoteDisconnected):
         return "connection closed by the receiver without an answer"
-    if isinstance(cause, (http.client.BadStatusLine, http.client.LineTooLong)):
+    if isinstance(cause, http.client.LineTooLong):
+        return _too_long(cause)
+    if isinstance(cause, http.client.BadStatusLine):
         return "the answer is not HTTP"
     if isinstance(cause, http.client.IncompleteRead):
-        return "the answer ended before its declared length"
+        return _cut_short(cause)
     if isinstance(cause, requests.exceptions.InvalidURL):
         return f"URL not usable: {_plain(cause)}"
     if isinstance(cause, requests.exceptions.ChunkedEncodingError):
@@ -93,10 +116,18 @@ def _plain(error):
     return text.removeprefix("Failed to parse: ") or "no detail"
 
 
+_PRECISE = (http.client.LineTooLong, http.client.IncompleteRead, ssl.SSLError,
+            ssrf.ForbiddenAddress, ssrf.LookupTimeout)
+"""Causes that say more than what wraps them: requests calls a body cut short
+of its Content-Length a ``ChunkedEncodingError`` and a header line too long
+a ``ConnectionError``."""
+
+
 def describe(error):
     """A one-line account of a request that failed before any answer came."""
     causes = list(_causes(error))
-    for cause in causes:
+    precise = [cause for cause in causes if isinstance(cause, _PRECISE)]
+    for cause in precise + causes:
         words = _named(cause)
         if words:
             return words[:500]
@@ -107,7 +138,11 @@ def describe(error):
 
 
 def timed_out(error, settings):
-    """A connect or read timeout, with the bound that ran out."""
+    """A connect, TLS handshake or read timeout, with the bound that ran out
+    (the handshake runs under the connect timeout; urllib3 reports it as a
+    read timeout)."""
+    if any("handshake" in str(cause) for cause in _causes(error)):
+        return f"timed out after {settings.connect_timeout:g} s in the TLS handshake"
     if isinstance(error, requests.ConnectTimeout):
         return f"timed out after {settings.connect_timeout:g} s connecting"
     return f"timed out after {settings.read_timeout:g} s waiting for the answer"

@@ -1,9 +1,10 @@
 """What the delivery log says when a receiver gives no answer, in the words
 of its reader: each case is a real party on loopback (a closed port, a
-receiver that never answers, one that hangs up, one that speaks no HTTP, a
-TLS receiver whose certificate nobody trusts, a name that does not
-resolve), and the log never shows a class name, a repr or the HTTP
-library's internals."""
+receiver that never answers, one that hangs up, one that speaks no HTTP,
+one whose body ends short of its Content-Length, one sending a 1 MB header
+line, a TLS receiver whose certificate nobody trusts or whose handshake
+stalls, a name that does not resolve), each named by its real cause, and
+the log never shows a class name, a repr or the HTTP library's internals."""
 import contextlib
 import socket
 import ssl
@@ -197,6 +198,44 @@ def test_a_certificate_nobody_trusts_is_tls_certificate_not_trusted(
     create_plant(client, alice, 1)
     assert_logged(client, admin, subscription_id,
                   "TLS certificate not trusted (issuer unknown)")
+
+
+def answer_cut_short(connection):
+    read_request(connection)
+    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nonly this")
+    connection.close()
+
+
+def answer_a_huge_header_line(connection):
+    read_request(connection)
+    with contextlib.suppress(OSError):
+        connection.sendall(b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 1_000_000 + b"\r\n\r\n")
+    connection.close()
+
+
+def test_a_body_cut_short_of_its_content_length_is_said_so(client, runner, alice, admin,
+                                                           raw_receiver):
+    subscription_id, _ = subscribe(runner, raw_receiver(answer_cut_short).url)
+    create_plant(client, alice, 1)
+    assert_logged(client, admin, subscription_id,
+                  "the answer ended before its declared length (9 of 1000 bytes)")
+
+
+def test_a_header_line_of_a_megabyte_is_said_to_be_too_long(client, runner, alice, admin,
+                                                            raw_receiver):
+    subscription_id, _ = subscribe(runner, raw_receiver(answer_a_huge_header_line).url)
+    create_plant(client, alice, 1)
+    assert_logged(client, admin, subscription_id,
+                  "a header line of the answer is too long (over 65536 bytes)")
+
+
+@pytest.mark.app_config({"WEBHOOK_CONNECT_TIMEOUT": 0.3, "WEBHOOK_READ_TIMEOUT": 5.0})
+def test_a_stalled_tls_handshake_is_said_so_not_a_wait_for_the_answer(
+        client, runner, alice, admin, raw_receiver):
+    url = raw_receiver(never_answer).url.replace("http://", "https://")
+    subscription_id, _ = subscribe(runner, url)
+    create_plant(client, alice, 1)
+    assert_logged(client, admin, subscription_id, "timed out after 0.3 s in the TLS handshake")
 
 
 def test_a_name_that_does_not_resolve_is_name_not_resolved(client, runner, alice, admin):
