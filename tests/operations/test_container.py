@@ -136,8 +136,11 @@ def debian_image(podman, tag, packages):
                    f'{{{{index .Config.Labels "{BASE_LABEL}"}}}}', tag, check=False)
     if found.returncode == 0 and found.stdout.strip() == key:
         return
-    tarball = CACHE / f"{tag.rpartition('/')[2].replace(':', '-')}-{key}.tar"
+    name = tag.rpartition("/")[2].replace(":", "-")
+    tarball = CACHE / f"{name}-{key}.tar"
     if not tarball.exists():
+        for stale in CACHE.glob(f"{name}-*.tar"):  # another package list's, or a partial one
+            stale.unlink()
         partial = tarball.with_name(f"{tarball.stem}.partial.tar")
         run([*command, str(partial)], podman.env, timeout=600)
         partial.rename(tarball)
