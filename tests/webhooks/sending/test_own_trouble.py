@@ -1,0 +1,78 @@
+"""A process's own trouble is never the receiver's: a worker that holds no
+key for its subscriptions' secrets (another process re-encrypted them
+under a new key while it ran) gives every job back unsent — no attempt
+counted, no breaker moved, one line said, ``/metrics`` counting — and a
+process that holds the key delivers them all."""
+import logging
+
+import pytest
+from cryptography.fernet import Fernet
+
+from helpers import plantstore_env, run_plantstore
+from plantstore import metrics
+from plantstore.models import Attempt, Delivery, Subscription
+from plantstore.webhooks.config import settings_of
+from plantstore.webhooks.sending.worker import Worker
+from plugins.webhooks import PATIENT_SENDS, Answer, store_plants, verify
+
+KEY_OLD, KEY_NEW = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+SETTINGS = {**PATIENT_SENDS, "WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+            "WEBHOOK_RETRY_SCHEDULE": "0,0", "WEBHOOK_BREAKER_THRESHOLD": 1}
+PLANTS = 3 * 10
+
+
+def plantstore(database_url, *args, keys):
+    env = {"PATH": "/usr/bin:/bin", **plantstore_env(database_url, ENCRYPTION_KEYS=keys,
+                                                     **SETTINGS)}
+    result = run_plantstore(*args, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def not_sent(reason):
+    return metrics.NOT_SENT.labels(reason=reason)._value.get()
+
+
+@pytest.mark.slow
+@pytest.mark.app_config({**SETTINGS, "ENCRYPTION_KEYS": KEY_OLD})
+def test_a_worker_without_the_key_gives_jobs_back_unsent_and_moves_no_breaker(
+        app, client, runner, alice, database_url, make_receiver, caplog):
+    receiver = make_receiver(Answer(200))
+    secrets = []
+    for _ in range(3):
+        result = runner.invoke(args=["webhooks", "add", receiver.url])
+        assert result.exit_code == 0, result.output
+        secrets.append(result.stdout.split('"secret": "')[1].split('"')[0])
+    store_plants(app, range(PLANTS // 3), owner="alice", give_back=True)
+    # another process re-encrypts every secret under a key this one lacks
+    plantstore(database_url, "keys", "reencrypt", keys=f"{KEY_NEW},{KEY_OLD}")
+    before = not_sent("no key")
+
+    caplog.set_level(logging.ERROR)
+    Worker(settings_of(app)).run_once()
+
+    assert receiver.requests == []
+    assert Attempt.select().count() == 0
+    assert {(d.status, d.attempts) for d in Delivery.select()} == {(Delivery.PENDING, 0)}
+    assert not Delivery.select().where(Delivery.locked_until.is_null(False)).exists()
+    for subscription in Subscription.select():
+        assert subscription.is_active and subscription.failure_streak == 0
+        assert subscription.breaker_opened_at is None
+    said = [r.getMessage() for r in caplog.records if "cannot send" in r.getMessage()]
+    assert len(said) == 1 and "no key" in said[0], said
+    assert not_sent("no key") - before >= 3  # each subscription's first job, at least
+
+    # a process holding the new key delivers every one of them
+    plantstore(database_url, "worker", "--once", keys=KEY_NEW)
+    assert len(receiver.requests) == PLANTS
+    for received in receiver.requests:
+        assert any(_verifies(secret, received) for secret in secrets)
+    assert {d.status for d in Delivery.select()} == {Delivery.DELIVERED}
+
+
+def _verifies(secret, received):
+    try:
+        verify(secret, received)
+    except Exception:
+        return False
+    return True
