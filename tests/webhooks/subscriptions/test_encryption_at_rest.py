@@ -19,7 +19,7 @@ from plantstore.db import database
 from plantstore.models import Subscription
 from plantstore.settings import SettingError
 from plantstore.webhooks.subscriptions import stored_secrets
-from plugins.webhooks import PATIENT_SENDS, store_plants, verify
+from plugins.webhooks import PATIENT_SENDS, store_plants, subscribe, verify
 
 KEY_A, KEY_B = Fernet.generate_key().decode(), Fernet.generate_key().decode()
 LOOPBACK = {**PATIENT_SENDS, "WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
@@ -189,6 +189,39 @@ def test_reencrypt_encrypts_a_database_written_in_plain_text(
     assert plantstore(database_url, "worker", "--once", keys=KEY_A).returncode == 0
     [got] = receiver.wait_for(1)
     assert got.headers["authorization"] == "Bearer plain-bearer"
+
+
+def subscription_files(database_url):
+    """The bytes of the files that hold the subscription table: PostgreSQL's
+    (after a CHECKPOINT, so that they hold what the server has), or every
+    SQLite file; the test is skipped when PostgreSQL's files are elsewhere."""
+    if not database_url.startswith("postgresql"):
+        return everything_stored(database_url)
+    database.execute_sql("CHECKPOINT")
+    [(directory, relation)] = database.execute_sql(
+        "SELECT current_setting('data_directory'), pg_relation_filepath('subscription')")
+    path = Path(directory) / relation
+    if not path.exists():
+        pytest.skip(f"PostgreSQL's files are not on this machine ({path})")
+    return b"".join(file.read_bytes() for file in path.parent.glob(path.name + "*"))
+
+
+@pytest.mark.app_config({**LOOPBACK, "ENCRYPTION_KEYS": ""})
+def test_reencrypt_leaves_no_plain_secret_in_the_databases_files(runner, database_url):
+    plain = []
+    for n in range(50):
+        _, secret = subscribe(runner, f"http://127.0.0.1:9/{n}", bearer=f"plain-bearer-{n}")
+        plain += [secret.encode(), f"plain-bearer-{n}".encode()]
+    before = subscription_files(database_url)
+    assert all(value in before for value in plain)  # the files are where the values are
+
+    done = plantstore(database_url, "keys", "reencrypt", keys=KEY_A)
+
+    assert done.returncode == 0, done.stderr
+    assert "removed the old values from the database's files" in done.stdout
+    after = subscription_files(database_url)
+    assert [value for value in plain if value in after] == []
+    assert b"whsec_" not in after
 
 
 def assert_refused_in_one_line(result):
