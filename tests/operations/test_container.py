@@ -337,16 +337,21 @@ def test_web_worker_and_commands_serve_the_readme_session_and_a_signed_webhook(
     assert assets and all(requests.get(urljoin(docs.url, asset), timeout=30).status_code == 200
                           for asset in assets)
 
-    # The web process made each create's first attempt; one was refused.
+    # The web process made each create's first attempt; one was refused and
+    # waits for a worker.
     receiver.wait_for(2, timeout=60)
+    wait_until(lambda: {"pending\t1", "delivered\t1"} <= set(
+                   command("deliveries", "summary").splitlines()),
+               timeout=30, interval=0.2, message="one delivery pending, one delivered")
     podman("run", "--detach", "--name", worker, "--network", "host", *settings, image, "worker")
     got = receiver.wait_for(3, timeout=60)
     events = {request.headers["webhook-id"]: Webhook(secret).verify(request.body, request.headers)
               for request in got}
     assert sorted(events.values(), key=lambda event: event["id"]) == [
         {"id": 1, "name": "Fern", "tag": "green"}, {"id": 2, "name": "Moss"}]
-    wait_until(lambda: "delivered\t2" in command("deliveries", "summary"), timeout=30,
-               interval=0.5, message="both deliveries to be recorded delivered")
+    wait_until(lambda: {"pending\t0", "delivered\t2"} <= set(
+                   command("deliveries", "summary").splitlines()),
+               timeout=30, interval=0.2, message="both deliveries to be recorded delivered")
 
     assert podman("healthcheck", "run", web, check=False).returncode == 0
     assert podman("healthcheck", "run", worker, check=False).returncode == 0
