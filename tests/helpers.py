@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from urllib.parse import urljoin
 
+import libfaketime
+import pytest
 import requests
 
 from plantstore import db
@@ -159,6 +161,26 @@ def plantstore_env(database_url, **settings):
     ``settings`` (``WEBHOOK_READ_TIMEOUT=5`` → ``PLANTSTORE_WEBHOOK_READ_TIMEOUT``)."""
     return {"PLANTSTORE_DATABASE_URL": database_url,
             **{f"PLANTSTORE_{key}": str(value) for key, value in settings.items()}}
+
+
+def system_program_missing(reason):
+    """Skip the test, ``reason`` naming the missing optional system program
+    and its Debian package (README.md lists them); under CI, which installs
+    them all (``.ci/run``), fail instead."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason}: required under CI")
+    pytest.skip(reason)
+
+
+def wall_clock_off(offset):
+    """The variables that run a process with its wall clock ``offset`` off
+    (libfaketime's form: ``+120s``, ``-6h``) and its monotonic clock true, as
+    on a host whose clock is wrong: the library the ``libfaketime`` package
+    ships (a test extra), preloaded; no system ``faketime`` needed. A faked
+    monotonic clock would stall Python's timed waits, which it does not
+    intercept."""
+    _, preload = libfaketime.get_reload_information()
+    return {**preload, "DONT_FAKE_MONOTONIC": "1", "FAKETIME": offset}
 
 
 def run_plantstore(*args, env, cwd=REPO, timeout=60):

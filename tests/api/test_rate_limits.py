@@ -4,6 +4,7 @@ Redis, and failing open while Redis is away or hung, at the cost of one
 timeout per period."""
 import concurrent.futures
 import logging
+import shutil
 import signal
 import subprocess
 import time
@@ -12,7 +13,7 @@ import pytest
 import redis
 import requests
 
-from helpers import assert_error, bearer, free_port, wait_until
+from helpers import assert_error, bearer, free_port, system_program_missing, wait_until
 
 SHARED_REDIS = "redis://127.0.0.1:6379/7"  # this suite's own database number
 RATE_HEADERS = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
@@ -120,7 +121,12 @@ def test_without_a_limit_nothing_is_limited_nor_announced(client, alice):
 def shared_redis():
     """Database 7 of the shared Redis, empty before and after the test."""
     client = redis.Redis.from_url(SHARED_REDIS, socket_timeout=5)
-    client.flushdb()
+    try:
+        client.flushdb()
+    except redis.ConnectionError:
+        client.close()
+        system_program_missing("no Redis answers at 127.0.0.1:6379 "
+                               "(apt-get install redis-server)")
     yield client
     client.flushdb()
     client.close()
@@ -169,6 +175,8 @@ class OwnRedis:
 
 @pytest.fixture
 def own_redis():
+    if shutil.which("redis-server") is None:
+        system_program_missing("redis-server is missing (apt-get install redis-server)")
     server = OwnRedis()
     yield server
     server.stop()

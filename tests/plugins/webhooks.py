@@ -295,12 +295,11 @@ def _database_clock_passed(moment):
 
 class WorkerProcess:
     """A ``plantstore worker`` process in its own process group, started
-    with exactly ``env`` (after ``prefix``, e.g. ``faketime -f +120s``);
-    what it writes goes to a file."""
+    with exactly ``env``; what it writes goes to a file."""
 
-    def __init__(self, env, prefix=()):
+    def __init__(self, env):
         self.log = tempfile.TemporaryFile()
-        self.process = subprocess.Popen([*prefix, str(PLANTSTORE), "worker"], cwd=REPO,
+        self.process = subprocess.Popen([str(PLANTSTORE), "worker"], cwd=REPO,
                                         env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
 
@@ -336,8 +335,7 @@ class WorkerProcess:
 
     def stop(self, stop_signal=signal.SIGTERM, timeout=60.0):
         """Signal its process group and wait until every process in it has
-        exited; the exit status of the process started (the worker's own
-        unless a ``prefix`` wraps it)."""
+        exited; the worker's exit status."""
         os.killpg(self.process.pid, stop_signal)
         status = self.process.wait(timeout=timeout)
         wait_until(lambda: not self._group_alive(), timeout, interval=0.05,
@@ -364,12 +362,12 @@ class WorkerProcess:
 
 @pytest.fixture
 def start_worker():
-    """Start ``plantstore worker`` processes (``start_worker(env, prefix=())``);
+    """Start ``plantstore worker`` processes (``start_worker(env)``);
     any still running is killed with its process group afterwards."""
     started = []
 
-    def start(env, prefix=()):
-        started.append(WorkerProcess(env, prefix))
+    def start(env):
+        started.append(WorkerProcess(env))
         return started[-1]
     yield start
     for worker in started:

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import POSTGRES_URL, plantstore_env, wait_until
+from helpers import POSTGRES_URL, plantstore_env, wait_until, wall_clock_off
 from plantstore import clock
 from plantstore.db import database
 from plantstore.models import Attempt, Delivery, Subscription, User
@@ -250,11 +250,7 @@ def test_workers_whose_clocks_disagree_share_the_queue_without_sending_an_event_
     subscribe(runner, receiver.url)
     environment = worker_environment(database_url, SKEWED, LOG_LEVEL="debug")
     plain = start_worker(environment)
-    # Only its wall clock is wrong, as on a host whose clock is off (a
-    # monotonic clock never jumps); libfaketime's faked monotonic clock would
-    # also stall Python's timed waits, which it does not intercept.
-    skewed = start_worker({**environment, "FAKETIME_DONT_FAKE_MONOTONIC": "1"},
-                          prefix=("faketime", "-f", skew))
+    skewed = start_worker({**environment, **wall_clock_off(skew)})
     for worker in (plain, skewed):
         worker.wait_started()
     started_at = [datetime.datetime.fromisoformat(worker.entries()[0]["ts"].rstrip("Z"))

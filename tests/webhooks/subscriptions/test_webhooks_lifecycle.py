@@ -5,7 +5,9 @@ import datetime
 import json
 import os
 import subprocess
+import sys
 import threading
+import time
 
 import pytest
 from standardwebhooks.webhooks import WebhookVerificationError
@@ -19,6 +21,7 @@ from helpers import (
     setting,
     skew_process_clock,
     wait_until,
+    wall_clock_off,
 )
 from plantstore import clock, db
 from plantstore.models import Attempt, Delivery, Subscription, utcnow
@@ -358,13 +361,15 @@ def test_a_host_whose_clock_is_off_writes_a_subscriptions_times_by_the_databases
     """A subscription's creation (against which how long it has failed is
     judged) and a rotated-out secret's overlap are the database's time,
     whatever the clock of the host that wrote them: here hours behind."""
-    skewed = ("faketime", "-f", "-6h", str(PLANTSTORE))
-    env = {**os.environ, **plantstore_env(database_url)}
-    added = subprocess.run([*skewed, "webhooks", "add", "http://127.0.0.1:9/hook"],
+    env = {**os.environ, **plantstore_env(database_url), **wall_clock_off("-6h")}
+    their_clock = subprocess.run([sys.executable, "-c", "import time; print(time.time())"],
+                                 env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert abs(time.time() - float(their_clock.stdout) - 6 * 3600) < 60  # off indeed
+    added = subprocess.run([str(PLANTSTORE), "webhooks", "add", "http://127.0.0.1:9/hook"],
                            env=env, capture_output=True, text=True, timeout=60, check=True)
     subscription_id = json.loads(added.stdout)["id"]
-    subprocess.run([*skewed, "webhooks", "rotate-secret", str(subscription_id)], env=env,
-                   capture_output=True, text=True, timeout=60, check=True)
+    subprocess.run([str(PLANTSTORE), "webhooks", "rotate-secret", str(subscription_id)],
+                   env=env, capture_output=True, text=True, timeout=60, check=True)
 
     [(age, overlap_left)] = db.database.execute_sql(
         "SELECT extract(epoch FROM (now() AT TIME ZONE 'UTC') - created_at), "
