@@ -18,6 +18,7 @@ from . import clock, db
 from .auth import ALL_SCOPES, issue_token, revoke_token
 from .cli_params import NEW_USER_NAME, ROW_ID, USER_NAME, days
 from .logs import configure_process_logging
+from .migration_runner import UpgradeError
 from .models import Token, User
 from .settings import SettingError
 from .webhooks.commands.deliveries import deliveries_cli, worker_cli
@@ -44,10 +45,23 @@ def db_cli():
                    "on this release (the first step of a rolling upgrade).")
 def db_upgrade(expand):
     """Apply every pending migration (with --expand: those the release before
-    can run beside)."""
-    applied = db.upgrade(expand=expand)
-    click.echo("\n".join(f"applied {name}{_gave_way(times)}" for name, times in applied)
-               or "up to date")
+    can run beside).
+
+    One upgrade of a database runs at a time: another waits for it, and says
+    so. A migration kept from its locks says what holds them on stderr.
+    """
+    try:
+        upgraded = db.upgrade(expand=expand, say=lambda line: click.echo(line, err=True))
+    except UpgradeError as error:
+        raise click.ClickException(str(error)) from None
+    except DatabaseError as error:  # not the command's hint that the upgrade has not run
+        raise click.ClickException(f"the database failed: {_first_line(error)} "
+                                   "(is it reachable?)") from None
+    lines = [f"applied {name}{_gave_way(times)}" for name, times in upgraded.applied]
+    if upgraded.left:
+        lines.append(f"left for after the rollout: {', '.join(upgraded.left)} (run "
+                     "`plantstore db upgrade` once every node runs this release)")
+    click.echo("\n".join(lines) or "up to date")
 
 
 def _gave_way(times):

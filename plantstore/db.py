@@ -4,6 +4,8 @@ Models bind to ``database``, a proxy that ``init_database`` points at the real
 database inside the app factory (never at import time), so one process can
 serve SQLite in one test and PostgreSQL in the next.
 """
+import collections
+import logging
 import os
 from urllib.parse import parse_qsl, urlsplit
 
@@ -11,9 +13,11 @@ import peewee
 from peewee import DatabaseProxy, InterfaceError, OperationalError, SqliteDatabase
 from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase
 
-from .migration_runner import GivingWayRunner
+from .migration_runner import GivingWayRunner, upgrading
 from .settings import SettingError
 from .sqlite_turns import DEFAULT_WRITE_WAIT_SECONDS, TurnTakingSqliteDatabase
+
+log = logging.getLogger(__name__)
 
 database = DatabaseProxy()
 
@@ -184,30 +188,49 @@ def init_database(app):
             database.close()
 
 
-def migration_runner():
+def migration_runner(watch=None):
     """The migration runner for the package's numbered scripts (it gives way
     to the live service on PostgreSQL: see ``migration_runner``)."""
-    return GivingWayRunner(database, directory=MIGRATIONS_DIR)
+    return GivingWayRunner(database, directory=MIGRATIONS_DIR, watch=watch)
 
 
-def upgrade(expand=False):
-    """Apply every pending migration; for each applied, its name and how
-    many times it gave way to the service before it could (see
-    ``migration_runner``).
+def missing_migrations():
+    """The pending migrations this release's code needs: every one before the
+    first marked ``AFTER_ROLLOUT`` (the code runs beside those)."""
+    with database.connection_context():
+        missing = []
+        for migration in migration_runner().status():
+            if migration.applied or migration.path is None:
+                continue
+            if getattr(migration.load(), "AFTER_ROLLOUT", False):
+                break
+            missing.append(migration.name)
+        return missing
+
+
+Upgraded = collections.namedtuple("Upgraded", "applied left")
+"""What ``upgrade`` did: (name, times it gave way) of each migration applied,
+and the names of those ``--expand`` left for after the rollout."""
+
+
+def upgrade(expand=False, say=log.info):
+    """Apply every pending migration, one upgrade of the database at a time
+    (``migration_runner.upgrading``: waiting for another, blocked migrations
+    and why are told through ``say``); an ``Upgraded``.
 
     With ``expand``, stop before the first pending migration marked
     ``AFTER_ROLLOUT`` (one the release before cannot run beside: it waits
     until every node runs this release; see docs/scaling.md).
     """
-    with database.connection_context():
-        runner = migration_runner()
-        target = None
-        if expand:
-            for migration in runner.status():
-                if migration.applied or migration.path is None:
-                    continue
-                if getattr(migration.load(), "AFTER_ROLLOUT", False):
-                    break
+    with upgrading(database, say) as watch, database.connection_context():
+        runner = migration_runner(watch)
+        pending = [migration for migration in runner.status()
+                   if not migration.applied and migration.path is not None]
+        target, left = None, []
+        for migration in pending:
+            if expand and (left or getattr(migration.load(), "AFTER_ROLLOUT", False)):
+                left.append(migration.name)
+            else:
                 target = migration.name
-        applied = runner.up(target) if target or not expand else []
-        return [(name, runner.gave_way[name]) for name in applied]
+        applied = runner.up(target) if target else []
+        return Upgraded([(name, runner.gave_way[name]) for name in applied], left)

@@ -62,7 +62,7 @@ class Upgrade(threading.Thread):
 
     def run(self):
         try:
-            self.applied = [name for name, _ in db.upgrade(expand=True)]
+            self.applied = [name for name, _ in db.upgrade(expand=True).applied]
         except Exception as error:  # reported by the test that reads it
             self.error = error
 
