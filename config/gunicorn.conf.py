@@ -24,6 +24,7 @@ decides): access lines on stdout, everything else on stderr.
 """
 import multiprocessing
 import os
+import sys
 import tempfile
 
 # Metric storage must be chosen before prometheus_client is first imported
@@ -33,13 +34,19 @@ import tempfile
 if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="plantstore-metrics-")
     os.environ["GUNICORN_OWNED_METRICS_DIR"] = os.environ["PROMETHEUS_MULTIPROC_DIR"]
-os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+try:
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+except OSError as error:
+    sys.exit(f"Error: PROMETHEUS_MULTIPROC_DIR must be a directory this user can make and "
+             f"write, not {os.environ['PROMETHEUS_MULTIPROC_DIR']!r} ({error.strerror})")
 
 # Imported here, in the master, so post_fork stays instant: a SIGTERM that
 # reaches a worker before gunicorn installs its signal handlers is lost.
-from plantstore import gunicorn as plantstore_gunicorn  # noqa: E402
+from plantstore import gunicorn as plantstore_gunicorn
 
-# An unusable PLANTSTORE_* setting stops the server here, in one line.
+# An unusable PLANTSTORE_* setting, an unusable value of one of the variables
+# read below, or an address another program listens on stops the server
+# here, in one line, before it binds.
 plantstore_gunicorn.check_configuration()
 # With the OTEL_* variables set, what tracing needs is imported here, once;
 # each worker starts its own exporting after the fork (see post_fork).

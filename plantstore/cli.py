@@ -227,6 +227,13 @@ def main():
     except click.exceptions.Abort:
         click.echo("Aborted!", err=True)
         sys.exit(1)
+    except click.exceptions.NoArgsIsHelpError as error:  # a group alone: its help
+        error.show()
+        sys.exit(error.exit_code)
+    except click.UsageError as error:  # one line, without click's Usage and Try lines
+        message = " ".join(error.format_message().splitlines())
+        click.echo(f"Error: {message}", err=True)
+        sys.exit(error.exit_code)
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)

@@ -10,9 +10,9 @@ import click
 from flask import current_app
 from flask.cli import AppGroup, with_appcontext
 from marshmallow import ValidationError
-from peewee import fn
+from peewee import DatabaseError, fn
 
-from ... import tracing
+from ... import db, tracing
 from ...cli_params import DELIVERY_ID, LIST_LIMIT, ROW_ID, days
 from ...fields import UtcTimestamp
 from ...logs import one_line
@@ -168,6 +168,7 @@ def worker_cli(once):
     timeout): no new attempts start, those under way end and are recorded.
     Several workers may run at once against the same database.
     """
+    _refuse_a_database_without_its_migrations(once)
     stored_secrets.check_at_start()  # refuses to start with secrets no key opens
     worker = Worker(settings_of(current_app))
     tracing.start()  # when the OTEL_* variables turn it on
@@ -186,3 +187,19 @@ def worker_cli(once):
                 signal.signal(sig, handler)
     finally:
         tracing.shutdown()  # the last spans, within tracing.FLUSH_SECONDS
+
+
+def _refuse_a_database_without_its_migrations(once):
+    """One line, exit 1, when the database lacks migrations this release
+    needs. A database that does not answer is for ``--once`` one line too;
+    a worker that runs on waits for it, as through any outage."""
+    try:
+        missing = db.missing_migrations()
+    except DatabaseError:
+        if once:
+            raise
+        return
+    if missing:
+        raise click.ClickException(
+            f"the database lacks {len(missing)} migration{'s' if len(missing) > 1 else ''} "
+            f"this release needs ({missing[0]} first): run `plantstore db upgrade`")
