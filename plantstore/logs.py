@@ -9,7 +9,8 @@ a line a person reads in a terminal. ``PLANTSTORE_LOG_FORMAT`` picks one
 
 Bearer tokens never reach a log line: ``redact`` masks anything shaped like
 one (a token with a prefix an app was configured with, ``Bearer x`` whatever
-follows, an ``access_token`` query parameter) before a line is written.
+follows but the words prose puts there, an ``access_token`` query
+parameter) before a line is written.
 """
 import datetime
 import json
@@ -25,6 +26,10 @@ from flask import has_request_context, request
 from . import settings, tracing
 
 DEFAULT_TOKEN_PREFIX = "pst_"
+
+NOT_CREDENTIALS = frozenset({"token", "tokens", "token's", "tokens'"})
+"""What follows "bearer" in a sentence ("bearer tokens are stored..."), never
+a credential: left as it is, whatever its case and a full stop or colon after it."""
 
 
 class Redactor:
@@ -51,7 +56,7 @@ class Redactor:
         """``text`` with every token-shaped secret replaced by ``[REDACTED]``."""
         if not isinstance(text, str):
             return text
-        return self.pattern.sub(lambda m: (m.group(1) or "") + "[REDACTED]", text)
+        return self.pattern.sub(_masked, text)
 
     def may_hold_secrets(self, values):
         """False when no text among ``values`` has anything to mask.
@@ -62,6 +67,15 @@ class Redactor:
         """
         return self.pattern.search("\n".join(
             value for value in values if isinstance(value, str))) is not None
+
+
+def _masked(match):
+    """A secret ``Redactor.pattern`` found, masked (a word of prose kept)."""
+    scheme = match.group(1)
+    if scheme and scheme.lower().startswith("bearer") \
+            and match.group(0)[len(scheme):].rstrip(".:").lower() in NOT_CREDENTIALS:
+        return match.group(0)
+    return (scheme or "") + "[REDACTED]"
 
 
 redact = Redactor()

@@ -77,6 +77,24 @@ def test_redact_masks_tokens_bearer_credentials_and_access_token_parameters():
     assert redact("GET /plants 200") == "GET /plants 200"
 
 
+@pytest.mark.parametrize("credential", ["tokensecret", "token-abc", "tokens_1", "TOKEN2"])
+def test_redact_keeps_the_words_after_bearer_in_a_sentence_and_masks_every_credential(
+        credential):
+    assert redact(f"Authorization: Bearer {credential}") == "Authorization: Bearer [REDACTED]"
+    sentence = "Bearer tokens are shown once. Give the receiver a bearer token: see BEARER TOKEN."
+    assert redact(sentence) == sentence
+
+
+def test_the_plain_text_warning_of_a_process_reads_as_written(database_url, app, tmp_path):
+    done = run_plantstore("worker", "--once", cwd=tmp_path,
+                          env={**os.environ, **plantstore_env(database_url)})
+    assert done.returncode == 0, done.stderr
+    [warning] = [json.loads(line)["message"] for line in done.stderr.splitlines()
+                 if "plain text" in line]
+    assert warning.startswith("webhook signing secrets and bearer tokens are stored in plain "
+                              "text: set PLANTSTORE_ENCRYPTION_KEYS"), warning
+
+
 @pytest.mark.slow
 def test_gunicorn_output_is_json_lines_with_request_ids_and_no_tokens(gunicorn_server, alice):
     server = gunicorn_server(workers=2)
