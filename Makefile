@@ -31,16 +31,19 @@ migrate: install
 
 # The whole service on this machine: gunicorn and one webhook worker, the
 # processes of config/Procfile, run together by honcho with one environment
-# (Ctrl-C stops both; so does either one ending). Listens on HOST:PORT,
-# 127.0.0.1:8000 unless set. Log lines are text when this is a terminal.
+# (.env too; Ctrl-C stops both; so does either one ending). Listens on
+# HOST:PORT, 127.0.0.1:8000 unless set. Log lines are text when this is a
+# terminal. Ctrl-C is how it ends: the shell outlives it (trap) and takes
+# honcho's status for an interrupt, 130, for a clean stop, not an error.
 run: migrate $(BIN)/.installed-run
 	@echo "plantstore on http://$${HOST:-127.0.0.1}:$${PORT:-8000} with one webhook worker (database $(PLANTSTORE_DATABASE_URL)); Ctrl-C stops both."
 	@echo "Get a token in another shell:"
 	@echo "  $(BIN)/plantstore users create alice && TOKEN=\$$($(BIN)/plantstore tokens create alice)"
-	@echo "Webhooks to a receiver on this machine (docs/webhooks.md): PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS=127.0.0.0/8 make run"
-	@PATH="$(abspath $(BIN)):$$PATH" \
+	@echo "Webhooks to a receiver on this machine (docs/webhooks.md): echo PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS=127.0.0.0/8 >> .env, then make run"
+	@trap : INT; PATH="$(abspath $(BIN)):$$PATH" \
 	PLANTSTORE_LOG_FORMAT="$${PLANTSTORE_LOG_FORMAT:-$$(if [ -t 2 ]; then echo text; else echo auto; fi)}" \
-	$(BIN)/honcho start -f config/Procfile -p $${PORT:-8000}
+	$(BIN)/honcho start -f config/Procfile -p $${PORT:-8000}; \
+	status=$$?; [ $$status -eq 130 ] && exit 0; exit $$status
 
 # Ruff, with the project's ruff.toml.
 lint: install-test

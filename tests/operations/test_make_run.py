@@ -5,12 +5,22 @@ written against real processes."""
 import json
 import os
 import re
+import shutil
+import socket
 import time
 
 import pytest
 import requests
 
-from helpers import POSTGRES_URL, bearer, free_port, plantstore_env, run_plantstore, wait_until
+from helpers import (
+    POSTGRES_URL,
+    bearer,
+    free_port,
+    plantstore_env,
+    run_plantstore,
+    system_program_missing,
+    wait_until,
+)
 from plantstore.db import MIGRATIONS_DIR
 from plugins.local_run import (
     STOP_SECONDS,
@@ -28,6 +38,13 @@ WALKTHROUGH = "## A receiver on your own machine, in two minutes"
 
 
 @pytest.fixture
+def curl():
+    """The docs' sessions run curl as written."""
+    if shutil.which("curl") is None:
+        system_program_missing("curl is missing (apt-get install curl)")
+
+
+@pytest.fixture
 def database_env(request, database_url):
     """The variables putting `make run` on the test's database: on PostgreSQL
     the suite's, emptied first (by the ``app`` fixture); on SQLite none, so
@@ -42,7 +59,8 @@ def database_env(request, database_url):
 def stop_and_check_everything_ended(run):
     """Ctrl-C `make run` (typed on its terminal, or SIGINT to its process
     group as a terminal sends it); both processes of the Procfile, and what
-    they started, are gone within ``STOP_SECONDS``."""
+    they started, are gone within ``STOP_SECONDS``, and make took it for a
+    clean end (no ``make: ***`` line)."""
     pids = started_pids(run.output())
     assert set(pids) == {"web.1", "worker.1"}, run.output()
     began = time.monotonic()
@@ -56,6 +74,7 @@ def stop_and_check_everything_ended(run):
     assert not group_alive(run.process.pid)
     for name in pids:  # each stopped gracefully, by itself
         run.wait_for_output(rf"{re.escape(name)} stopped \(rc=0\)", timeout=10)
+    assert "make: ***" not in run.output(), run.output()[-3000:]
 
 
 def test_make_run_serves_on_loopback_delivers_with_its_worker_and_ctrl_c_stops_both(
@@ -69,7 +88,7 @@ def test_make_run_serves_on_loopback_delivers_with_its_worker_and_ctrl_c_stops_b
     output = run.output()
     assert f"plantstore on http://127.0.0.1:{port} with one webhook worker" in output
     assert "tokens create alice" in output
-    assert "PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS=127.0.0.0/8 make run" in output
+    assert "echo PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS=127.0.0.0/8 >> .env, then make run" in output
     migrations = [name[:-3] for name in os.listdir(MIGRATIONS_DIR)
                   if re.fullmatch(r"\d{4}_\w+\.py", name)]
     assert all(output.count(name) <= 1 for name in migrations), output
@@ -113,12 +132,28 @@ def test_make_run_in_a_terminal_writes_text_log_lines_and_stops_on_ctrl_c(
     assert "webhook worker stopped" in run.output()
 
 
+def test_make_run_on_a_taken_port_says_so_in_one_line(checkout, background, database_env):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = background("make run", checkout, newcomer_env(PORT=str(port), **database_env))
+        assert run.process.wait(timeout=120) != 0
+    output = run.output()
+    said = re.findall(r"web\.1 +\| (.*)", output)
+    assert said[0] == (f"Error: PORT {port} on 127.0.0.1 cannot be listened on, another "
+                       "program listens there: stop it, or set another PORT (e.g. PORT=8001 "
+                       "make run)"), output
+    assert "Connection in use" not in output and "Traceback" not in output, output
+
+
 def test_the_local_receiver_walkthrough_runs_as_written(
-        checkout, background, shell, database_env):
+        checkout, background, shell, database_env, curl):
     blocks = code_blocks("webhooks.md", WALKTHROUGH, "sh")
-    assert [block.splitlines()[0].split(":")[0] for block in blocks] == [
-        "# shell 1", "# shell 2", "# shell 3", "# shell 2 again"]
-    assert all("8000" in block or "9000" in block for block in blocks[1:])
+    assert [block.splitlines()[0].split(":")[0].split(",")[0] for block in blocks] == [
+        "# shell 1", "# shell 2", "# shell 3", "# shell 2 again", "# shell 2 again",
+        "# shell 2 again", "# shell 2 again"]
+    assert all("8000" in block or "9000" in block for block in blocks[1:5])
     # The doc's ports are make run's default (8000) and the receiver's 9000;
     # this test serves on free ones, as the doc says to for other ports.
     ports = {"8000": str(free_port()), "9000": str(free_port())}
@@ -127,7 +162,7 @@ def test_the_local_receiver_walkthrough_runs_as_written(
         """The block with this test's free ports for the doc's 8000 and 9000."""
         return re.sub(r"\b(8000|9000)\b", lambda match: ports[match[1]], block)
 
-    env = newcomer_env(**database_env)
+    env = newcomer_env(**database_env)  # the setting comes from .env, as the doc says
     service = background(blocks[0], checkout, {**env, "PORT": ports["8000"]})
     service.wait_for_output(r"worker\.1 +\| .*webhook worker started")
     service.wait_for_output(r"Listening at: http://127\.0\.0\.1:")
@@ -164,6 +199,33 @@ def test_the_local_receiver_walkthrough_runs_as_written(
     wait_until(both_listed_delivered, timeout=30, interval=0.2,
                message="both deliveries listed as delivered")
 
+    receiver.interrupt()  # Ctrl-C in shell 3
+    printed, status = second.run(on_free_ports(blocks[4]))
+    assert (status, json.loads(printed)) == (0, {"name": "Moss"}), printed
+
+    def waiting_after_two_refused_attempts():
+        """The doc's listing of deliveries waiting for a retry, once plant 8's
+        shows the web server's attempt and the worker's first retry."""
+        listed, status = second.run(blocks[5])
+        assert status == 0, listed
+        rows = [line.split("\t") for line in listed.splitlines() if line.strip()]
+        return len(rows) == 1 and rows[0][4] == "2" and rows[0]
+    waiting = wait_until(waiting_after_two_refused_attempts, timeout=60, interval=0.5,
+                         message="plant 8's delivery waiting after two attempts")
+    assert waiting[5].endswith("last error: connection refused"), waiting
+
+    receiver = background(on_free_ports(blocks[2]), checkout, env)  # shell 3's command again
+    receiver.wait_for_output(rf"receiving webhooks on http://127\.0\.0\.1:{ports['9000']}/")
+    printed, status = second.run(on_free_ports(blocks[6]))
+    assert status == 0 and re.fullmatch(r"delivered msg_\w+", printed.strip()), printed
+    receiver.wait_for_output(r"POST /plants webhook-id=msg_\w+ signature verified: "
+                             r"\{\"id\": 8, \"name\": \"Moss\"\}")
+    listed, _ = second.run(f'curl -s localhost:{ports["8000"]}/webhooks/$ID/deliveries '
+                           '-H "Authorization: Bearer $TOKEN"')
+    errors = {attempt.get("error") for delivery in json.loads(listed)
+              for attempt in delivery["attempts"]}
+    assert errors == {None, "connection refused"}, listed  # none refused by the address policy
+
     receiver.interrupt()
     stop_and_check_everything_ended(service)
 
@@ -181,7 +243,7 @@ def shows(printed, shown):
 
 
 def test_the_readme_curl_session_is_true_character_for_character(
-        checkout, background, shell, database_env):
+        checkout, background, shell, database_env, curl):
     (block,) = code_blocks("README.md", "## A curl session", "sh")
     steps = session(block)
     assert sum(bool(shown) for _, shown in steps) == 5
