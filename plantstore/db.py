@@ -15,7 +15,7 @@ from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase
 
 from .migration_runner import GivingWayRunner, upgrading
 from .settings import SettingError
-from .sqlite_turns import DEFAULT_WRITE_WAIT_SECONDS, TurnTakingSqliteDatabase
+from .sqlite_turns import DEFAULT_WRITE_WAIT_SECONDS, FILE_REPLACED, TurnTakingSqliteDatabase
 
 log = logging.getLogger(__name__)
 
@@ -158,12 +158,14 @@ DATABASE_FAILURES = (OperationalError, InterfaceError, MaxConnectionsExceeded)
 # SQLite says OperationalError for its own bugs' kin too ("no such table",
 # syntax errors); only these mean the file is busy or out of reach.
 SQLITE_UNAVAILABLE = ("database is locked", "unable to open database file",
-                      "disk i/o error", "database is busy")
+                      "disk i/o error", "database is busy", "database or disk is full",
+                      FILE_REPLACED)
 
 
 def is_unavailable(error):
     """True when ``error`` means the database cannot serve now (down, restarting,
-    out of connections, locked too long), so that retrying later may succeed."""
+    out of connections, locked too long, its disk full, its file deleted), so
+    that retrying later may succeed."""
     if isinstance(error, OperationalError) and is_sqlite():
         return str(error).lower().startswith(SQLITE_UNAVAILABLE)
     return isinstance(error, DATABASE_FAILURES)

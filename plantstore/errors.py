@@ -9,9 +9,10 @@ import logging
 
 import marshmallow as ma
 from flask import current_app, json, request
-from peewee import DataError
+from peewee import DatabaseError, DataError
 from werkzeug.exceptions import HTTPException, InternalServerError
 
+from . import database_faults
 from .db import DATABASE_FAILURES, database, is_unavailable
 
 log = logging.getLogger(__name__)
@@ -105,10 +106,9 @@ def handle_http_exception(error):
     return error_response(error.code, message, headers=headers)
 
 
-def database_unavailable_response():
+def database_unavailable_response(message="The database is unavailable; try again shortly."):
     """The 503 a request gets while the database cannot serve it."""
-    return error_response(503, "The database is unavailable; try again shortly.",
-                          headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+    return error_response(503, message, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 def handle_database_failure(error):
@@ -141,9 +141,17 @@ def handle_data_error(error):
 
 
 def handle_unexpected_exception(error):
-    """Log a bug with its traceback; tell the client only that it happened."""
+    """Log a bug with its traceback; tell the client only that it happened.
+    A database error the schema explains (older or newer than this release,
+    or none: see ``database_faults``) is a 503 logged in one line instead."""
     if isinstance(error, HTTPException):
         return handle_http_exception(error)
+    if isinstance(error, DatabaseError):
+        fault = database_faults.schema_fault()
+        if fault:
+            log.warning("database unavailable: %s (%s)", fault,
+                        (str(error).strip().splitlines() or [type(error).__name__])[0])
+            return database_unavailable_response()
     log.error("unhandled error", exc_info=error)
     return handle_http_exception(InternalServerError())
 

@@ -1,6 +1,7 @@
 """Liveness and readiness probes: no token, no database for liveness."""
 from flask import Blueprint
 
+from . import database_faults
 from .db import database, is_sqlite
 from .errors import database_unavailable_response
 
@@ -18,12 +19,21 @@ def healthz():
 
 @blp.get("/readyz")
 def readyz():
-    """The database answers a query, and on SQLite a write can begin: the
-    instance can take traffic."""
+    """The database answers a query, its schema is this release's, and on
+    SQLite its file is the one opened, its disk has room and a write can
+    begin: the instance can take traffic. A fault is logged (one line) when
+    it starts and when it ends."""
     try:
-        database.execute_sql("SELECT 1").fetchone()
-        if is_sqlite() and not database.obj.writes_get_through(WRITE_PROBE_SECONDS):
-            return database_unavailable_response()
-    except Exception:  # any driver error means "not ready", never a 500
-        return database_unavailable_response()
+        fault = database_faults.find()
+        if fault is None and is_sqlite() \
+                and not database.obj.writes_get_through(WRITE_PROBE_SECONDS):
+            fault = "no write could begin within the write wait (a writer holds its turn)"
+        message = fault and f"Not ready: {database_faults.public(fault)}."
+    except Exception as error:  # any driver error means "not ready", never a 500
+        fault = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        message = None  # a driver's words may name hosts: in the log only
+    database_faults.log_once(fault)
+    if fault:
+        return (database_unavailable_response(message) if message
+                else database_unavailable_response())
     return {"status": "ready"}

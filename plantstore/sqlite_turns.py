@@ -18,6 +18,12 @@ def locked():
     return OperationalError("database is locked")
 
 
+FILE_REPLACED = "database file deleted or replaced"
+"""How the error begins when the file this process opened is no longer at its
+path: a write would be acknowledged into a file nobody will read again, so
+none is begun (a 503, as for SQLite's own "unable to open database file")."""
+
+
 class TurnTakingSqliteDatabase(PooledSqliteDatabase):
     """Pooled SQLite whose write transactions take turns, between the threads
     of a process and between processes.
@@ -59,8 +65,43 @@ class TurnTakingSqliteDatabase(PooledSqliteDatabase):
         self._in_line = 0  # writers of this process waiting for a turn
         self._line_moved_at = None  # when one of them last got it (or the first came)
         self._turns = None  # (pid, the open -writer file); a forked child opens its own
+        self._opened = None  # (st_dev, st_ino) of the file the first connection opened
+
+    def _connect(self):
+        """A connection (pooled or new), refused while the file at the path is
+        not the one opened first: a new connection would otherwise open (or
+        create, empty) whatever is there now."""
+        self.check_file()
+        connection = super()._connect()
+        if self._opened is None:
+            self._opened = _identity(os.stat(self.database))
+        return connection
+
+    def file_problem(self):
+        """Why the file at the path is not the one this process opened
+        (deleted, or another put there), as a sentence (``FILE_REPLACED``
+        first), or None. One ``stat``."""
+        if self._opened is None:
+            return None
+        try:
+            now = _identity(os.stat(self.database))
+        except FileNotFoundError:
+            now = None
+        if now == self._opened:
+            return None
+        what = "deleted" if now is None else "replaced by another file"
+        return (f"{FILE_REPLACED}: {os.path.abspath(self.database)} was {what} after this "
+                "process opened it; writes are refused so that none is lost in a file "
+                "nobody reads: restart plantstore to use the file now there")
+
+    def check_file(self):
+        """``OperationalError`` if ``file_problem`` finds one: a write begins only after it."""
+        problem = self.file_problem()
+        if problem:
+            raise OperationalError(problem)
 
     def begin(self, lock_type=None):
+        self.check_file()
         self._take_turn(self.turn_wait_seconds, lambda: super(
             TurnTakingSqliteDatabase, self).begin(lock_type))
 
@@ -153,8 +194,13 @@ class TurnTakingSqliteDatabase(PooledSqliteDatabase):
             self._end_turn()
 
     def rollback(self):
+        """Roll back, unless SQLite already has (it does after some errors, a
+        full disk among them: ``ROLLBACK`` would then fail with "no
+        transaction is active" and hide the error that ended the transaction)."""
         try:
-            return super().rollback()
+            connection = self._state.conn
+            if connection is None or connection.in_transaction:
+                return super().rollback()
         finally:
             self._end_turn()
 
@@ -164,3 +210,8 @@ class TurnTakingSqliteDatabase(PooledSqliteDatabase):
             if self._writing.turns is not None:
                 fcntl.flock(self._writing.turns, fcntl.LOCK_UN)
             self._writer.release()
+
+
+def _identity(stat):
+    """Which file a ``stat`` is of: its device and inode."""
+    return stat.st_dev, stat.st_ino

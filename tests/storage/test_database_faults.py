@@ -1,0 +1,242 @@
+"""Faults answered as faults: a full disk, a SQLite file deleted or replaced
+under the running service, a database with no schema, a schema older or
+newer than the code. Each is a 503 with Retry-After in the contract's shape
+(never a 500, never a write acknowledged into a lost file), ``/readyz``
+says 503 naming the kind, and the log names the cause in one line."""
+import logging
+import os
+import sqlite3
+import subprocess
+
+import pytest
+
+from helpers import POSTGRES_URL, assert_error, bearer, create_plant
+from plantstore import create_app, database_faults, db
+from plantstore.auth import issue_token
+from plantstore.models import Plant, User
+
+SQLITE_ONLY = pytest.mark.skipif(bool(POSTGRES_URL), reason="a SQLite file's fault; the "
+                                                            "SQLite run has it")
+
+
+def assert_unavailable(response):
+    """The contract's 503 with a Retry-After in seconds."""
+    body = assert_error(response, 503)
+    assert int(response.headers["Retry-After"]) > 0
+    return body
+
+
+def assert_not_ready(client, kind):
+    """``/readyz`` is a 503 whose message names ``kind``."""
+    body = assert_unavailable(client.get("/readyz"))
+    assert body["message"] == f"Not ready: {kind}.", body
+
+
+def logged(caplog, fragment):
+    """The log lines (one record each, no traceback) that hold ``fragment``."""
+    lines = [record for record in caplog.records if fragment in record.getMessage()]
+    assert all(record.exc_info is None and "\n" not in record.getMessage()
+               for record in lines), lines
+    return lines
+
+
+def sqlite_service(path):
+    """An app on a new, migrated SQLite file at ``path``, its client and a token."""
+    app = create_app({"TESTING": True, "DATABASE_URL": f"sqlite:///{path}"})
+    db.upgrade()
+    with app.app_context(), db.database.atomic():
+        _, token = issue_token(User.create(name="alice"))
+    return app, app.test_client(), token
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 8 MiB file system of its own (tmpfs), unmounted afterwards."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
+                          capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        pytest.skip(f"needs root to mount a tmpfs: {done.stderr.strip()}")
+    yield mount
+    db.database.close_all()
+    subprocess.run(["umount", "--lazy", str(mount)], check=True, timeout=30)
+
+
+def fill(directory):
+    """Write a file in ``directory`` until the file system has no byte left;
+    the file's path."""
+    filler = directory / "filler"
+    descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        for size in (1 << 16, 512, 1):
+            try:
+                while True:
+                    os.write(descriptor, b"\0" * size)
+            except OSError:
+                pass
+    finally:
+        os.close(descriptor)
+    return filler
+
+
+@SQLITE_ONLY
+def test_a_full_disk_is_a_503_named_in_one_line_and_readiness_says_so(small_disk, caplog):
+    app, client, token = sqlite_service(small_disk / "plantstore.db")
+    create_plant(client, token, 1)
+    filler = fill(small_disk)
+
+    for plant_id in range(2, 8):
+        assert_unavailable(client.post("/plants", json={"id": plant_id, "name": "f" * 250},
+                                       headers=bearer(token)))
+    assert_not_ready(client, "the disk holding the database is full")
+
+    assert len(logged(caplog, "database unavailable: database or disk is full")) == 6
+    assert logged(caplog, "the disk holding the database is full: 0 bytes free")
+    assert not logged(caplog, "cannot rollback")
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+    filler.unlink()
+    assert client.get("/readyz").status_code == 200
+    create_plant(client, token, 9)
+    with app.app_context():
+        assert [plant.id for plant in Plant.select().order_by(Plant.id)] == [1, 9]
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_database_file_gone_under_the_service_refuses_writes_and_readiness(
+        tmp_path, caplog, how):
+    path = tmp_path / "plantstore.db"
+    app, client, token = sqlite_service(path)
+    create_plant(client, token, 1)
+    if how == "deleted":
+        path.unlink()
+    else:  # a copy put in its place, as a restore would: another file, another inode
+        with sqlite3.connect(path) as source, sqlite3.connect(tmp_path / "copy.db") as copy:
+            source.backup(copy)
+        os.replace(tmp_path / "copy.db", path)
+
+    assert_unavailable(client.post("/plants", json={"id": 2, "name": "Moss"},
+                                   headers=bearer(token)))
+    assert_unavailable(client.get("/plants", headers=bearer(token)))
+    assert_not_ready(client, "database file deleted or replaced")
+
+    assert logged(caplog, f"database file deleted or replaced: {path} was "
+                          f"{'deleted' if how == 'deleted' else 'replaced by another file'}")
+    assert path.exists() == (how == "replaced")  # no empty file made in its place
+    if how == "replaced":
+        with sqlite3.connect(path) as restored:
+            assert restored.execute("SELECT id FROM plant").fetchall() == [(1,)]
+
+
+@SQLITE_ONLY
+def test_a_service_started_on_a_new_empty_file_says_it_holds_no_schema(tmp_path, caplog):
+    path = tmp_path / "plantstore.db"
+    token = sqlite_service(path)[2]
+    path.unlink()
+    db.database.close_all()
+    client = create_app({"TESTING": True, "DATABASE_URL": f"sqlite:///{path}"}).test_client()
+
+    assert_not_ready(client, "the database holds no plantstore schema (an empty file, or "
+                             "another application's database?)")
+    assert_unavailable(client.post("/plants", json={"id": 1, "name": "Fern"},
+                                   headers=bearer(token)))
+    assert_unavailable(client.get("/plants", headers=bearer(token)))
+
+    assert logged(caplog, "the database holds no plantstore schema")
+    assert logged(caplog, "run `plantstore db upgrade` (no such table: token)")
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+
+
+def recorded_migration(name):
+    """Record ``name`` as applied, as the release that has it would."""
+    with db.database.connection_context():
+        db.migration_runner().History.create(name=name)
+
+
+def forget_migration(name):
+    with db.database.connection_context():
+        history = db.migration_runner().History
+        history.delete().where(history.name == name).execute()
+
+
+def test_a_schema_newer_than_the_code_is_a_503_and_not_ready(app, client, alice, caplog):
+    """As after the next release's contract step: a column this release
+    writes renamed, by a migration it does not know."""
+    future = "9999_rename_plant_name" + database_faults.CONTRACT_SUFFIX
+    db.database.execute_sql('ALTER TABLE plant RENAME COLUMN name TO title')
+    recorded_migration(future)
+    try:
+        assert_not_ready(client, "the database schema is newer than this release")
+        assert_unavailable(client.post("/plants", json={"id": 1, "name": "Fern"},
+                                       headers=bearer(alice)))
+        assert logged(caplog, f"it holds {future}, which this release does not know")
+        assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+    finally:
+        forget_migration(future)
+        db.database.execute_sql('ALTER TABLE plant RENAME COLUMN title TO name')
+    assert client.get("/readyz").status_code == 200
+    create_plant(client, alice, 1)
+
+
+def test_the_next_releases_expand_migration_keeps_this_one_ready(app, client, alice):
+    """A rolling upgrade runs this release beside the next one's expand step."""
+    recorded_migration("9998_add_an_index")
+    try:
+        assert client.get("/readyz").status_code == 200
+        create_plant(client, alice, 1)
+    finally:
+        forget_migration("9998_add_an_index")
+
+
+def test_a_schema_older_than_the_code_is_not_ready_and_its_failing_writes_are_503(
+        app, client, alice, caplog):
+    with db.database.connection_context():
+        migrations = db.migration_runner()
+        for _ in range(4):  # 0013 (the contract step, which this release runs beside), ...
+            migrations.down()
+    try:
+        assert_not_ready(client, "the database schema is older than this release")
+        assert logged(caplog, "the database schema is older than this release: "
+                              "0010_engine_v2_functions, 0011_receiver_throttle, "
+                              "0012_wider_secrets not applied: run `plantstore db upgrade`")
+        create = client.post("/plants", json={"id": 1, "name": "Fern"}, headers=bearer(alice))
+        if POSTGRES_URL:  # a create calls 0010's functions
+            assert_unavailable(create)
+        else:  # a create needs nothing 0010 to 0012 add on SQLite
+            assert create.status_code == 200
+        assert not [record for record in caplog.records
+                    if record.levelno >= logging.ERROR and record.name == "plantstore.errors"]
+    finally:
+        db.upgrade()
+    assert client.get("/readyz").status_code == 200
+
+
+@pytest.mark.skipif(not POSTGRES_URL, reason="PostgreSQL's; SQLite's empty file is above")
+def test_an_empty_postgresql_database_says_it_holds_no_schema(postgres_migrated, caplog):
+    name = f"plantstore_empty_{os.getpid()}"
+    admin = db.database_from_url(POSTGRES_URL)
+    with admin.connection_context():
+        admin.execute_sql(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute_sql(f'CREATE DATABASE "{name}"')
+    try:
+        client = create_app({"TESTING": True, "DATABASE_URL": POSTGRES_URL.rsplit("/", 1)[0]
+                             + f"/{name}"}).test_client()
+        assert_not_ready(client, "the database holds no plantstore schema (an empty file, "
+                                 "or another application's database?)")
+        assert_unavailable(client.get("/plants", headers=bearer("pst_" + "x" * 43)))
+        assert logged(caplog, "the database holds no plantstore schema")
+        db.database.close_all()
+    finally:
+        with admin.connection_context():
+            admin.execute_sql(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.close_all()
+
+
+def test_every_after_rollout_migration_is_named_so_that_older_releases_know_it():
+    """The release before reads an unknown migration's name, not its module:
+    ``_after_rollout`` is how it knows it cannot run beside it (0013, older
+    than this rule, is known to every release that reads names)."""
+    for name, after_rollout in database_faults.known_migrations().items():
+        named = name.endswith(database_faults.CONTRACT_SUFFIX) or name == "0013_bigint_ids"
+        assert after_rollout == named, name
