@@ -6,7 +6,8 @@
   ``(id, name, tag)`` rows ordered by id, through the ``(owner_id, id)``
   index for a user and the primary key for an admin.
 
-A new plant is stored with its webhook deliveries (``plants/create.py``).
+A new plant is stored with its webhook deliveries by the delivery store
+(``webhooks.store_and_announce``).
 """
 from ..db import Statement
 

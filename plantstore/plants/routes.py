@@ -4,13 +4,12 @@ from flask import current_app, g, request
 from flask_smorest import abort
 from peewee import IntegrityError
 
-from .. import idempotency
+from .. import idempotency, webhooks
 from ..api import Blueprint, json_response, no_content
 from ..auth import READ, WRITE, token_to_check
 from ..errors import RETRY_AFTER_SECONDS, error_response
 from ..models import Plant
-from ..webhooks.config import web_sender_of
-from . import create, queries
+from . import queries
 from .schemas import (
     INT64_MAX,
     INT64_MIN,
@@ -79,11 +78,10 @@ def create_plant(new_plant):
     plant = Plant(owner=None if token else g.caller.user_id, **new_plant)
     answer = json_response(plant_json(plant.name, plant.tag))
     try:
-        create.create_and_announce(plant, web_sender_of(current_app),
-                                   idempotency.answering(answer), token)
+        webhooks.store_and_announce(plant, current_app, token, idempotency.answering(answer))
     except IntegrityError:
         abort(409, message=f"A plant with id {new_plant['id']} already exists.")
-    except create.SubscriptionsChanging:
+    except webhooks.SubscriptionsChanging:
         return error_response(503, "Webhook subscriptions changed during the create and "
                                "nothing was stored; try again.",
                                headers={"Retry-After": str(RETRY_AFTER_SECONDS)})

@@ -1,12 +1,29 @@
-"""The "New Plant" webhook: the queue of deliveries, signing, sending and the worker.
+"""The "New Plant" webhook: the one face ``plants/`` imports.
 
-A create (``plants/create.py``) stores a plant with its deliveries and
-hands their jobs to ``announce``.
+A create stores its plant and one webhook delivery per subscription that
+hears about it, all or nothing, through the delivery store (enqueueing's
+one door, ``engine.store.DeliveryStore.store_new_plant``): on PostgreSQL
+one statement that also checks the token (``auth.TokenRefused``) and
+claims an ``Idempotency-Key`` (``idempotency.KeyTaken``); on SQLite one
+transaction, nested in the idempotency decorator's. The deliveries whose
+receiver's breaker is closed are leased to the calling process, which
+attempts them once committed (``announce``); workers leave them alone until
+the lease runs out, so a process that dies after the commit delays them but
+never loses them.
+
+The parts: ``engine/`` (a delivery's state), ``sending/`` (the attempts),
+``subscriptions/`` (the API and who hears), ``commands/`` (the operators').
 """
 from flask import json
 
 from ..db import database
+from .config import settings_of, web_sender_of
+from .engine.queue import store_new_plant as _store_new_plant
+from .engine.store import SubscriptionsChanging
 from .sending import spans
+
+__all__ = ["NEW_PLANT_EVENT", "SubscriptionsChanging", "announce", "new_plant_payload",
+           "store_and_announce", "store_new_plant"]
 
 NEW_PLANT_EVENT = "plant.created"
 
@@ -19,6 +36,21 @@ def new_plant_payload(plant):
     return json.dumps(body)
 
 
+def store_new_plant(plant, app, token=None, key_claim=None):
+    """Store ``plant`` and its "New Plant" deliveries together, in the
+    current trace; the jobs to ``announce``. ``token`` and ``key_claim``:
+    see ``engine.store.DeliveryStore.store_new_plant``."""
+    return _store_new_plant(plant, NEW_PLANT_EVENT, new_plant_payload(plant), settings_of(app),
+                            spans.current_traceparent(), token, key_claim)
+
+
+def store_and_announce(plant, app, token=None, key_claim=None):
+    """Store ``plant`` with its deliveries (``IntegrityError`` if its id is
+    taken, ``SubscriptionsChanging`` if subscriptions kept vanishing under
+    it) and have ``app``'s web sender attempt them once that commits."""
+    announce(store_new_plant(plant, app, token, key_claim), web_sender_of(app))
+
+
 def announce(jobs, web_sender):
     """Have ``web_sender`` attempt a create's ``jobs`` once its transaction
     commits (never waiting for a receiver: the attempts run in the sender's
@@ -27,4 +59,3 @@ def announce(jobs, web_sender):
     if jobs:
         context = spans.capture_context()
         database.after_commit(lambda: web_sender.offer(jobs, context))
-

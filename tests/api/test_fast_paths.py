@@ -29,7 +29,6 @@ from plantstore.gunicorn import JSONAccessLogger, _plain_json_stream_handler
 from plantstore.logs import REQUEST_ID_ENVIRON_KEY, JSONFormatter
 from plantstore.models import Plant, Subscription, User, utcnow
 from plantstore.plants import queries
-from plantstore.plants.create import store_plant
 from plantstore.plants.schemas import PlantSchema, plant_json
 from plantstore.webhooks import config as webhook_config
 from plantstore.webhooks.engine import queue
@@ -157,8 +156,9 @@ def test_a_stored_plants_jobs_are_what_a_claim_of_its_deliveries_reads(app, alic
                                 bearer_token="t", owner=alice_id)
             Subscription.create(url="http://127.0.0.1:1/d", secret="whsec_d", owner=bob_id)
         settings = webhook_config.settings_of(app)
-        stored = store_plant(Plant(id=1, owner=alice_id, name="fern"), "plant.created",
-                             '{"id": 1}', settings, traceparent="00-abc-def-01")
+        stored = queue.store_new_plant(Plant(id=1, owner=alice_id, name="fern"),
+                                       "plant.created", '{"id": 1}', settings,
+                                       traceparent="00-abc-def-01")
         queue.give_back(stored)
         claimed = queue.claim(10, settings, 10, 10)
 

@@ -28,9 +28,7 @@ from helpers import PLANTSTORE, REPO, wait_until
 from plantstore import clock
 from plantstore.db import database
 from plantstore.models import Attempt, Delivery, Plant, User
-from plantstore.plants.create import store_plant
-from plantstore.webhooks import NEW_PLANT_EVENT, new_plant_payload
-from plantstore.webhooks.config import settings_of
+from plantstore.webhooks import store_new_plant
 from plantstore.webhooks.engine import queue
 
 # Sends a test expects a receiver to answer: timeouts of seconds where a
@@ -230,16 +228,15 @@ def wait_for_attempts(count, timeout=30.0):
 
 
 def store_plants(app, plant_ids, owner="alice", give_back=False):
-    """Store these plants of ``owner`` as a create does (``store_plant``:
+    """Store these plants of ``owner`` as a create does (``store_new_plant``:
     the plant and its deliveries, leased to this process) without attempting
     anything; the jobs leased. With ``give_back``, their leases are cleared at
     once, as a create whose sender was full leaves them: due for any worker."""
-    settings = settings_of(app)
     owner_id = User.get(User.name == owner).id
     jobs = []
     for plant_id in plant_ids:
         plant = Plant(id=plant_id, owner=owner_id, name=f"plant {plant_id}")
-        jobs += store_plant(plant, NEW_PLANT_EVENT, new_plant_payload(plant), settings)
+        jobs += store_new_plant(plant, app)
     if give_back:
         queue.give_back(jobs)
     return jobs

@@ -3,7 +3,7 @@
 A delivery is one event for one subscription. It is *pending* until a 2xx
 (*delivered*), until its last retry fails or its subscription is disabled
 (*failed*). Its life: enqueued with the plant that caused it
-(``plants/create.py``) or as a test event; claimed by a worker (``claim``)
+(``store_new_plant``) or as a test event; claimed by a worker (``claim``)
 or taken for a re-send (``take_for_resend``); completed, retried or failed
 (``record``); given back unsent (``give_back``); failed with its
 subscription (``disable``); queued again (``recover``); purged after its
@@ -45,6 +45,17 @@ PURGE_BATCH = 500
 TEST_EVENT = "plant.test"
 TEST_PAYLOAD = '{"id": 0, "name": "Example plant (a test event from plantstore)", "tag": "test"}'
 """The example New Plant body of a test event (a plant that does not exist)."""
+
+
+def store_new_plant(plant, event_type, payload, settings, traceparent=None, token=None,
+                    key_claim=None):
+    """Store ``plant`` with one pending delivery per active subscription that
+    hears about it, together (the store's ``store_new_plant``); the jobs the
+    calling process attempts once committed."""
+    leased_at = time.monotonic()
+    rows = store.current().store_new_plant(plant, event_type, payload, traceparent,
+                                           settings.lease_seconds, token, key_claim)
+    return jobs_to_send(rows, leased_at, settings)
 
 
 def jobs_to_send(rows, leased_at, settings):

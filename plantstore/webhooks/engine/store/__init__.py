@@ -21,6 +21,11 @@ JOB_COLUMNS = ("delivery_id", "message_id", "payload", "attempts", "lease", "tra
 """What a job row holds (see ``queue.Job``)."""
 
 
+class SubscriptionsChanging(Exception):
+    """Subscriptions were deleted under every try of a create: nothing was
+    stored (a 503 that asks to try again, never a 409)."""
+
+
 def new_message_id():
     """A delivery's webhook-id, unique to it."""
     return f"msg_{uuid.uuid4().hex}"
@@ -59,6 +64,17 @@ class DeliveryStore(Protocol):
     def claim_transaction(self):
         """A context in which a claim's reads and leases run (SQLite: one
         write transaction; PostgreSQL: none, its lease re-checks each row)."""
+
+    def store_new_plant(self, plant, event_type, payload, traceparent, lease_seconds,
+                        token=None, key_claim=None):
+        """Enqueueing's one door: store ``plant`` and one pending delivery per
+        active subscription that hears about it (the audience rule, written
+        once per backend), together; their job rows, leased to the caller
+        unless the receiver's breaker is open. ``IntegrityError`` if the
+        plant's id is taken. PostgreSQL's fast path does it in one statement
+        that also checks ``token`` (``auth.TokenRefused``) and claims
+        ``key_claim`` (``idempotency.KeyTaken``); SQLite, in one transaction
+        nested in the caller's, which checked the token and claimed the key."""
 
     def due_candidates(self, most, due_by):
         """The due, unleased deliveries a claim may take, most overdue first:

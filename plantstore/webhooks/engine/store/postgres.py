@@ -15,14 +15,87 @@ token by that migration's trigger, in the create's own statement.
 import contextlib
 import os
 
+from peewee import IntegrityError
+
+from ....auth import TokenRefused
+from ....db import database
+from ....idempotency import KeyTaken
 from ....named_sql import Queries
 from ..rules import BreakerState
-from . import new_message_id
+from . import SubscriptionsChanging, new_message_id
 
 TAKES_TOKEN_AT_INSERT = True  # migration 0011's trigger: lease 0 when it had none
 LOCKS_ROWS = True  # writers of many hosts: subscription rows are locked before deliveries
 
 QUERIES = Queries(os.path.join(os.path.dirname(__file__), "postgres.sql"))
+
+FOREIGN_KEY_VIOLATION = "23503"
+"""PostgreSQL's SQLSTATE for a row referring to one that is not there."""
+
+VANISHED_TRIES = 4
+"""Statements a create tries while subscriptions it read are deleted under it."""
+
+FOUND_COLUMNS = ("found_fingerprint", "found_status", "found_content_type", "found_body",
+                 "found_expired")
+"""The key's committed row as a keyed create's statement found it."""
+
+
+def store_new_plant(plant, event_type, payload, traceparent, lease_seconds,
+                    token=None, key_claim=None):
+    values = {"id": plant.id, "owner": plant.owner_id, "name": plant.name, "tag": plant.tag,
+              "event": event_type, "payload": payload, "traceparent": traceparent,
+              "lease_seconds": lease_seconds,
+              "token_digest": token and token.digest, "scope": token and token.scope}
+    rows = _retried_while_subscriptions_vanish(
+        lambda: QUERIES.rows("store_plant", values) if key_claim is None
+        else _store_keyed(values, key_claim))
+    if not rows:
+        raise TokenRefused()
+    return [row for row in rows if row["delivery_id"] is not None]
+
+
+def _a_subscription_vanished(error):
+    """Whether ``error`` is a create's delivery referring to a subscription
+    deleted after the statement read it (not the plant's id taken)."""
+    cause = error.__context__
+    return (getattr(cause, "pgcode", None) == FOREIGN_KEY_VIOLATION
+            and getattr(getattr(cause, "diag", None), "table_name", None) == "delivery")
+
+
+def _retried_while_subscriptions_vanish(store):
+    """``store()``'s rows, tried again when a subscription it would announce
+    the plant to was deleted meanwhile (its delivery fails the foreign key
+    and nothing is written): the next try's snapshot no longer holds it.
+    Inside a transaction, each try is a savepoint."""
+    for tries_left in range(VANISHED_TRIES - 1, -1, -1):
+        try:
+            if not database.transaction_depth():
+                return store()
+            with database.atomic():
+                return store()
+        except IntegrityError as error:
+            if not _a_subscription_vanished(error):
+                raise
+            if not tries_left:
+                raise SubscriptionsChanging() from None
+
+
+def _store_keyed(values, key_claim):
+    """The keyed store's rows (``KeyTaken`` if it claimed no key)."""
+    try:
+        rows = QUERIES.rows("store_keyed_plant", {
+            **values, "key": key_claim.key, "fingerprint": key_claim.fingerprint,
+            "ttl_seconds": key_claim.ttl_seconds, "status": key_claim.status,
+            "content_type": key_claim.content_type, "body": key_claim.body})
+    except IntegrityError as error:
+        if "idempotency_key" not in str(error):
+            raise
+        # The key's row was committed after this statement's snapshot was
+        # taken: the key's lock was free, the row taken; the next try sees it.
+        raise KeyTaken(True, *[None] * len(FOUND_COLUMNS)) from None
+    if rows and not rows[0]["key_claimed"]:
+        raise KeyTaken(rows[0]["key_lock_held"], *(rows[0][name] for name in FOUND_COLUMNS))
+    return rows
 
 
 def claim_transaction():

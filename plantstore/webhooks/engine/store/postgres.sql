@@ -3,6 +3,21 @@
 -- clocks disagree still agree on leases and due times. Parameters are
 -- psycopg2's %(name)s; rows are read by column name.
 
+-- name: store_plant
+-- A create's one statement, its fast path: the token checked, the plant and
+-- one delivery per subscription that hears about it (the audience rule), the
+-- jobs back (see the function's file).
+SELECT * FROM plantstore_store_plant_v2(
+    %(id)s, %(owner)s, %(name)s, %(tag)s, %(event)s, %(payload)s, %(traceparent)s,
+    %(lease_seconds)s, %(token_digest)s, %(scope)s)
+
+-- name: store_keyed_plant
+-- The same with an Idempotency-Key claimed (see the function's file).
+SELECT * FROM plantstore_store_keyed_plant_v2(
+    %(id)s, %(owner)s, %(name)s, %(tag)s, %(event)s, %(payload)s, %(traceparent)s,
+    %(lease_seconds)s, %(token_digest)s, %(scope)s,
+    %(key)s, %(fingerprint)s, %(status)s, %(content_type)s, %(body)s, %(ttl_seconds)s)
+
 -- name: due_candidates
 -- What rules.fair_shares chooses from (see the function's file).
 SELECT * FROM plantstore_due_candidates_v2(%(most)s, %(due_by)s::timestamp)

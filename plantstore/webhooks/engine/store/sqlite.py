@@ -60,22 +60,24 @@ def jobs_of(delivery_ids):
     return QUERIES.rows("jobs_of", {"ids": json.dumps(list(delivery_ids))})
 
 
-def enqueue_new_plant(owner_id, event_type, payload, traceparent, lease_seconds):
-    """The job rows of a new plant's deliveries, one per subscription that
-    hears about it, leased unless the receiver's breaker is open (inside
-    the create's transaction: ``plants/create.py``)."""
+def store_new_plant(plant, event_type, payload, traceparent, lease_seconds,
+                    token=None, key_claim=None):
     now, until = clock.now(), clock.after(lease_seconds)
     jobs = []
-    for receiver in QUERIES.rows("audience", {"owner": owner_id}):
-        message_id = new_message_id()
-        delivery_id = QUERIES.execute("insert_delivery", {
-            "subscription_id": receiver["subscription_id"], "message_id": message_id,
-            "event_type": event_type, "payload": payload, "now": now,
-            "until": None if receiver["breaker_open"] else until,
-            "traceparent": traceparent}).lastrowid
-        jobs.append({**receiver, "delivery_id": delivery_id, "message_id": message_id,
-                     "payload": payload, "attempts": 0, "lease": 1,
-                     "traceparent": traceparent, "breaker_open": bool(receiver["breaker_open"])})
+    with database.atomic():
+        QUERIES.execute("insert_plant", {"id": plant.id, "owner": plant.owner_id,
+                                         "name": plant.name, "tag": plant.tag, "now": now})
+        for subscription in QUERIES.rows("audience", {"owner": plant.owner_id}):
+            message_id = new_message_id()
+            delivery_id = QUERIES.execute("insert_delivery", {
+                "subscription_id": subscription["subscription_id"], "message_id": message_id,
+                "event_type": event_type, "payload": payload, "now": now,
+                "until": None if subscription["breaker_open"] else until,
+                "traceparent": traceparent}).lastrowid
+            jobs.append({**subscription, "delivery_id": delivery_id, "message_id": message_id,
+                         "payload": payload, "attempts": 0, "lease": 1,
+                         "traceparent": traceparent,
+                         "breaker_open": bool(subscription["breaker_open"])})
     return jobs
 
 

@@ -40,6 +40,12 @@ FROM delivery d JOIN subscription s ON s.id = d.subscription_id
 WHERE d.id IN (SELECT value FROM json_each(:ids))
 ORDER BY d.id
 
+-- name: insert_plant
+-- A create's plant; its deliveries follow (audience, insert_delivery) in the
+-- same transaction.
+INSERT INTO plant (id, owner_id, name, tag, created_at)
+VALUES (:id, :owner, :name, :tag, :now)
+
 -- name: audience
 -- The active subscriptions told about a new plant of :owner (webhooks/subscriptions/audience.py).
 SELECT s.id AS subscription_id, s.owner_id, s.url, s.bearer_token, s.secret,
