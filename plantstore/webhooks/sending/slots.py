@@ -2,12 +2,14 @@
 owners, and the claimed jobs waiting for one.
 
 A process makes at most ``total`` attempts at once. One subscription holds
-at most ``per_receiver`` of them (never more than ``total``). One owner (a
-user's subscriptions together; the operator's subscriptions count as one
-owner) holds at most its share: the slots, less one kept free for an owner
-that holds none, divided between the owners that hold slots (at least one
-each). A slow receiver keeps its slots longer, so it uses up its own share
-and its owner's, never anyone else's.
+at most ``per_receiver`` of them (never more than ``total``). One slot is
+kept free for an owner that holds none (a user's subscriptions together;
+the operator's subscriptions count as one owner); the rest are divided
+between the owners present (holding slots or with jobs waiting): each
+holds at most its share, an equal part, and the remainder goes one slot
+each to as many owners, so that N owners with work hold every slot but
+the kept one for any N (``_share``). A slow receiver keeps its slots
+longer, so it uses up its own share and its owner's, never anyone else's.
 
 A worker also claims ahead (``ahead``): up to ``AHEAD`` slots' worth of
 jobs more than its free slots (per receiver and per owner ``AHEAD`` times
@@ -17,13 +19,16 @@ its sender takes the next waiting job that may have the slot, of its own
 receiver first, while its owner holds less than its share beside one more
 owner (``release``); the rest start in the claiming loop after each claim
 (``start_waiting``), so every owner with due deliveries takes its turn for
-the slots first. A waiting job starts only while its lease
-outlasts its attempt (``Job.may_start``); it is given back unsent when its
-lease runs short, when an attempt at its receiver fails (the next claim
-sees what the failure did: an opened breaker, a 410's disabling) and when
-the worker stops. At most ``AHEAD`` slots' worth wait in all, so the jobs
-waiting never shrink a claim below the free slots: an owner whose jobs
-wait takes no room from another owner's claim.
+the slots first; what its claim left of an idle owner's room is lent there
+to the owners whose jobs still wait, the fewest held first, never the kept
+slot (a borrower gets no slot handed over until it is back under its
+share, so the loan ends as its attempts do). A waiting job starts only
+while its lease outlasts its attempt (``Job.may_start``); it is given back
+unsent when its lease runs short, when an attempt at its receiver fails
+(the next claim sees what the failure did: an opened breaker, a 410's
+disabling) and when the worker stops. At most ``AHEAD`` slots' worth wait
+in all, so the jobs waiting never shrink a claim below the free slots: an
+owner whose jobs wait takes no room from another owner's claim.
 """
 import collections
 import dataclasses
@@ -64,23 +69,47 @@ class Slots:
         self._wake_at = 0  # the releases the claiming loop waits for (see wait_for_release)
         self._waiting = {}  # subscription id -> its jobs claimed ahead, in claim order
         self._waiting_count = 0
+        self._waiting_owners = collections.Counter()  # owner key -> its jobs waiting
+        self.shared = self.total - (1 if self.total > 1 else 0)
+        """The slots an owner that already holds one may take: all but the kept one."""
 
-    def _share(self, owners):
-        """The most slots one of ``owners`` owners may hold."""
-        spare = 1 if self.total > 1 else 0
-        return max(1, (self.total - spare) // max(1, owners))
+    def _present(self, owner=None):
+        """How many owners hold slots or have jobs waiting, ``owner`` counted too."""
+        present = len(self._owners) + sum(1 for key in self._waiting_owners
+                                          if key not in self._owners)
+        return present + (owner is not None and owner not in self._owners
+                          and owner not in self._waiting_owners)
+
+    def _share(self, owner, owners):
+        """The most slots ``owner`` may hold beside ``owners`` owners in all
+        (itself included): an equal part of the shared slots, and one more
+        while fewer other owners than the remainder hold more than that part."""
+        part, remainder = divmod(self.shared, max(1, owners))
+        if not part:
+            return 1
+        above = sum(1 for key, held in self._owners.items() if held > part and key != owner)
+        return part + (above < remainder)
+
+    def _may_take(self, job):
+        """Whether ``job``'s receiver has room, and a slot is free for it:
+        the kept one too when its owner holds none."""
+        held = self._owners[job.owner_key]
+        return (self._held < (self.shared if held else self.total)
+                and self._receivers[job.subscription_id] < self.per_receiver)
+
+    def _take(self, job):
+        self._held += 1
+        self._receivers[job.subscription_id] += 1
+        self._owners[job.owner_key] += 1
 
     def try_take(self, job):
         """Take a slot for ``job`` if it may have one now; whether it did."""
         with self._changed:
-            owners = len(self._owners) + (job.owner_key not in self._owners)
-            if (self._held >= self.total
-                    or self._receivers[job.subscription_id] >= self.per_receiver
-                    or self._owners[job.owner_key] >= self._share(owners)):
+            owner = job.owner_key
+            if (not self._may_take(job)
+                    or self._owners[owner] >= self._share(owner, self._present(owner))):
                 return False
-            self._held += 1
-            self._receivers[job.subscription_id] += 1
-            self._owners[job.owner_key] += 1
+            self._take(job)
             return True
 
     def wait(self, job):
@@ -93,6 +122,7 @@ class Slots:
                 return False
             self._waiting.setdefault(job.subscription_id, collections.deque()).append(job)
             self._waiting_count += 1
+            self._waiting_owners[job.owner_key] += 1
             return True
 
     def take_or_wait(self, job, may_wait):
@@ -122,7 +152,8 @@ class Slots:
             stale = []
             if failed:
                 stale = list(self._waiting.pop(job.subscription_id, ()))
-                self._waiting_count -= len(stale)
+                for waiting in stale:
+                    self._no_longer_waiting(waiting)
             started = (self._start_waiting(job.subscription_id, stale, most=1, handing_over=True)
                        if take_next else [])
             if self._releases >= self._wake_at or not self._held:
@@ -130,11 +161,48 @@ class Slots:
             return (started[0] if started else None), stale
 
     def start_waiting(self):
-        """Take a slot for every waiting job that may have one now. Returns
+        """Take a slot for every waiting job that may have one now, then lend
+        the shared slots left to the jobs still waiting (``_lend``). Returns
         (those jobs; the jobs whose lease ran short, to give back unsent)."""
         with self._changed:
             stale = []
-            return self._start_waiting(None, stale, most=self.total), stale
+            started = self._start_waiting(None, stale, most=self.total)
+            return started + self._lend(stale), stale
+
+    def _lend(self, stale):
+        """Take the shared slots no waiting job may have within its owner's
+        share (an idle owner's room) for the jobs still waiting, one at a
+        time to the owner holding the fewest, each receiver's in claim order
+        and within its cap; those whose lease ran short go to ``stale``."""
+        started = []
+        while self._held < self.shared and self._waiting:
+            fewest = None
+            for subscription_id in list(self._waiting):
+                line = self._waiting[subscription_id]
+                while line and not line[0].may_start(self.send_bound):
+                    stale.append(line.popleft())
+                    self._no_longer_waiting(stale[-1])
+                if not line:
+                    del self._waiting[subscription_id]
+                elif (self._receivers[subscription_id] < self.per_receiver
+                      and (fewest is None or self._owners[line[0].owner_key]
+                           < self._owners[fewest[0].owner_key])):
+                    fewest = line
+            if fewest is None:
+                break
+            job = fewest.popleft()
+            self._no_longer_waiting(job)
+            if not fewest:
+                del self._waiting[job.subscription_id]
+            self._take(job)
+            started.append(job)
+        return started
+
+    def _no_longer_waiting(self, job):
+        self._waiting_count -= 1
+        self._waiting_owners[job.owner_key] -= 1
+        if not self._waiting_owners[job.owner_key]:
+            del self._waiting_owners[job.owner_key]
 
     def _start_waiting(self, preferred_receiver, stale, most, handing_over=False):
         """Take slots for up to ``most`` waiting jobs, ``preferred_receiver``'s
@@ -153,8 +221,7 @@ class Slots:
                     started.append(job)
                 else:
                     break  # its receiver or owner is full: so for the rest of its line
-                line.popleft()
-                self._waiting_count -= 1
+                self._no_longer_waiting(line.popleft())
             if not line:
                 del self._waiting[subscription_id]
             if len(started) >= most:
@@ -168,14 +235,15 @@ class Slots:
         claim, where every owner with due deliveries takes its turn: an
         owner's waiting jobs never keep the slots another owner's claim
         would have had."""
-        owners = len(self._owners) + (job.owner_key not in self._owners)
-        return self._owners[job.owner_key] < self._share(owners + 1)
+        owner = job.owner_key
+        return self._owners[owner] < self._share(owner, self._present(owner) + 1)
 
     def give_up_waiting(self):
         """Every waiting job, no longer waiting (to give back unsent)."""
         with self._changed:
             waiting = [job for line in self._waiting.values() for job in line]
             self._waiting, self._waiting_count = {}, 0
+            self._waiting_owners.clear()
             return waiting
 
     def held(self):
@@ -203,14 +271,15 @@ class Slots:
             if rounds > 1:
                 for subscription_id, line in self._waiting.items():
                     receivers[subscription_id] += len(line)
-                    owners[line[0].owner_key] += len(line)
-            share = self._share(len(self._owners))
+                owners.update(self._waiting_owners)
+            present = self._present()
             return Room(
                 free=rounds * self.total - self._held - (rounds > 1) * self._waiting_count,
                 receiver_default=rounds * self.per_receiver,
-                owner_default=rounds * self._share(len(self._owners) + 1),
+                owner_default=rounds * self._share(None, present + 1),
                 receivers={sid: rounds * self.per_receiver - n for sid, n in receivers.items()},
-                owners={owner: max(0, rounds * share - n) for owner, n in owners.items()},
+                owners={owner: max(0, rounds * self._share(owner, present) - n)
+                        for owner, n in owners.items()},
                 releases=self._releases)
 
     def wait_for_release(self, since, timeout, count=1):
@@ -237,3 +306,4 @@ class Slots:
             self._owners.clear()
             self._held = 0
             self._waiting, self._waiting_count = {}, 0
+            self._waiting_owners.clear()

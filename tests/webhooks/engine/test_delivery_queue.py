@@ -467,15 +467,37 @@ def test_shares_shrink_as_owners_join_and_grow_as_they_leave():
     assert slots.try_take(job_of("b", 0))  # a second owner: shares of 4
     assert slots.room().owners == {"a": 1, "b": 3}
     assert slots.try_take(first[3]) and not slots.try_take(first[4])
-    assert slots.try_take(job_of("c", 0))  # a third: shares of 2
-    assert slots.room().owners == {"a": 0, "b": 1, "c": 1}
-    assert not slots.try_take(first[4])
-    assert slots.try_take(job_of("b", 1)) and not slots.try_take(job_of("b", 2))
-    for job in (job_of("b", 0), job_of("b", 1), job_of("c", 0)):
+    assert slots.try_take(job_of("c", 0))  # a third: parts of 2, one more for two owners
+    assert slots.room().owners == {"a": 0, "b": 2, "c": 2}
+    assert not slots.try_take(first[4])  # a holds 4, over every share
+    assert slots.try_take(job_of("b", 1)) and slots.try_take(job_of("b", 2))
+    assert not slots.try_take(job_of("c", 1))  # 8 held: the one left is kept
+    for job in (job_of("b", 0), job_of("b", 1), job_of("b", 2), job_of("c", 0)):
         slots.release(job)  # b and c are gone: a's share is 8 again
     assert slots.room().owners == {"a": 4}
     assert all(slots.try_take(job) for job in first[4:])
     assert slots.held() == 8 and not slots.try_take(first[0])
+
+
+def take_in_turns(slots, owners):
+    """Each of ``owners`` takes a slot in turn (a receiver of its own each
+    time) until none may take more; how many each holds."""
+    held = collections.Counter()
+    while True:
+        took = [owner for owner in owners
+                if slots.try_take(job_of(owner, (owner, held[owner])))]
+        if not took:
+            return held
+        held.update(took)
+
+
+@given(total=st.integers(1, 64), owners=st.integers(1, 100))
+def test_owners_with_work_hold_every_slot_but_the_kept_one_whatever_their_number(
+        total, owners):
+    slots = Slots(total, total)
+    held = take_in_turns(slots, range(owners))
+    assert slots.held() == (total if owners >= total else slots.shared)
+    assert max(held.values()) - min(held.values()) <= 1  # the remainder, one each
 
 
 def test_a_receivers_slots_and_its_owners_free_as_attempts_end():
@@ -582,10 +604,29 @@ def test_an_owner_holding_its_share_beside_one_more_gets_no_slot_handed_over():
     # its slot goes to b's waiting job, not to a's (a's own receiver's)
     assert slots.release(a_jobs[0], take_next=True) == (b_waiting, [])
     assert slots.release(a_jobs[1], take_next=True) == (None, [])
-    assert slots.start_waiting() == ([], [])  # a holds 4 of its share of 4 beside b
-    for job in a_jobs[2:4]:
-        slots.release(job)
-    assert slots.start_waiting() == ([a_waiting], [])  # in the claiming loop: a's share
+    b_more = waiting_job_of("b", "s")
+    assert slots.wait(b_more)
+    # In the claiming loop b, under its share, starts first; then a, at its
+    # share of 4, borrows what b leaves of its own; the ninth slot stays kept.
+    assert slots.start_waiting() == ([b_more, a_waiting], [])
+    assert slots.held() == 8
+
+
+@given(total=st.integers(2, 64), idle=st.integers(0, 70), busy=st.integers(1, 10))
+def test_the_claiming_loop_lends_idle_owners_room_to_the_owners_whose_jobs_wait(
+        total, idle, busy):
+    slots = Slots(total, total, ahead=True)
+    for owner in range(idle):  # one attempt each under way, nothing more to send
+        slots.try_take(waiting_job_of(("idle", owner), ("idle", owner)))
+    busy_owners = [("busy", owner) for owner in range(busy)]
+    while sum(slots.wait(waiting_job_of(owner, owner)) for owner in busy_owners):
+        pass  # claimed in turns, until the waiting line is full
+    started, _ = slots.start_waiting()
+    assert slots.held() >= min(slots.shared, idle + slots.waiting() + len(started))
+    assert slots.held() <= max(slots.shared, min(total, idle + busy))  # the kept one kept
+    lent = collections.Counter(job.owner_key for job in started)
+    if slots.waiting() and lent:  # the fewest held first: borrowers differ by one at most
+        assert max(lent.values()) - min(lent[owner] for owner in busy_owners) <= 1
 
 
 def test_a_stopping_worker_starts_no_waiting_job_and_gives_them_all_back():
