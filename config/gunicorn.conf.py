@@ -106,6 +106,10 @@ logconfig_dict = plantstore_gunicorn.logconfig(loglevel.upper())
 # A worker drops the database connections it inherited, honours a stop
 # sent while it booted and sets up its tracing (see plantstore/gunicorn.py).
 post_fork = plantstore_gunicorn.reset_after_fork
+# A kept-alive connection is closed after 25 requests, so the processes
+# share a client's connections instead of one keeping them all
+# (docs/server-model.md, "Balanced processes").
+pre_request = plantstore_gunicorn.close_after_requests
 # Metrics: a worker that exited is forgotten; the temporary metrics
 # directory made above is removed when the server stops.
 child_exit = plantstore_gunicorn.forget_exited_worker

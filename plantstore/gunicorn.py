@@ -9,6 +9,9 @@
 - ``reset_after_fork``: a worker forgets the database connections and the
   signal queue it inherited from the master, and sets up its own tracing
   (``prepare_tracing`` imports what that needs, in the master).
+- ``close_after_requests``: a kept-alive connection is closed after
+  ``KEEPALIVE_REQUESTS`` requests, so connections are spread over the
+  processes again as clients make them anew.
 - ``before_worker_exit``: a stopping worker's webhook attempts end and its
   last spans are exported.
 - ``forget_exited_worker`` and ``remove_owned_metrics_dir``: the per-worker
@@ -360,6 +363,25 @@ def check_stored_secrets(values, configured):
         stored_secrets.check_at_start()
     finally:
         database.close_all()
+
+
+KEEPALIVE_REQUESTS = 25
+"""Requests a kept-alive connection serves before it is closed (nginx's
+``keepalive_requests`` for gunicorn's side)."""
+
+
+def close_after_requests(worker, req):
+    """gunicorn ``pre_request``: a connection's ``KEEPALIVE_REQUESTS``-th
+    request is answered with ``Connection: close``.
+
+    The processes share one listening socket, and a gthread worker accepts
+    every connection it can: one process could keep every kept-alive
+    connection of a client (or of nginx) while another stays idle. Made
+    anew, a connection goes to whichever process accepts it first, most
+    often the least busy one (docs/server-model.md, "Balanced processes").
+    """
+    if req.req_number >= KEEPALIVE_REQUESTS:
+        req.force_close()
 
 
 def finish_webhook_attempts(server, worker):
