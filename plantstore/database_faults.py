@@ -21,6 +21,7 @@ import os
 
 from playhouse.migrations import Migration
 
+from . import db
 from .db import MIGRATIONS_DIR, database, is_sqlite
 
 log = logging.getLogger(__name__)
@@ -36,9 +37,8 @@ MIN_FREE_BYTES = 1 << 20
 
 @functools.cache
 def known_migrations():
-    """This release's migrations, in order: name → whether it is ``AFTER_ROLLOUT``."""
-    return {migration.name: bool(getattr(migration.load(), "AFTER_ROLLOUT", False))
-            for migration in Migration.load_directory(MIGRATIONS_DIR)}
+    """The names of this release's migrations."""
+    return frozenset(migration.name for migration in Migration.load_directory(MIGRATIONS_DIR))
 
 
 def _applied():
@@ -63,19 +63,13 @@ def schema_problem(strict=False):
     if applied is None:
         return ("the database holds no plantstore schema (an empty file, or another "
                 "application's database?): run `plantstore db upgrade`")
-    known = known_migrations()
-    unknown = sorted(name for name in applied - set(known)
+    unknown = sorted(name for name in applied - known_migrations()
                      if strict or name.endswith(CONTRACT_SUFFIX))
     if unknown:
         return (f"the database schema is newer than this release: it holds "
                 f"{', '.join(unknown)}, which this release does not know: run the "
                 "release that applied it")
-    needed = []
-    for name, after_rollout in known.items():
-        if name not in applied:
-            if after_rollout:
-                break
-            needed.append(name)
+    needed = db.missing_migrations()
     if needed:
         return (f"the database schema is older than this release: {', '.join(needed)} "
                 "not applied: run `plantstore db upgrade`")

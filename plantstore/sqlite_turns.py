@@ -65,16 +65,18 @@ class TurnTakingSqliteDatabase(PooledSqliteDatabase):
         self._in_line = 0  # writers of this process waiting for a turn
         self._line_moved_at = None  # when one of them last got it (or the first came)
         self._turns = None  # (pid, the open -writer file); a forked child opens its own
-        self._opened = None  # (st_dev, st_ino) of the file the first connection opened
+        # The file at the path now (a gunicorn worker's, at boot, before its
+        # first connection), else the one the first connection makes.
+        self._opened = _identity(self.database)
 
     def _connect(self):
         """A connection (pooled or new), refused while the file at the path is
-        not the one opened first: a new connection would otherwise open (or
+        not the one found first: a new connection would otherwise open (or
         create, empty) whatever is there now."""
         self.check_file()
         connection = super()._connect()
         if self._opened is None:
-            self._opened = _identity(os.stat(self.database))
+            self._opened = _identity(self.database)
         return connection
 
     def file_problem(self):
@@ -83,10 +85,7 @@ class TurnTakingSqliteDatabase(PooledSqliteDatabase):
         first), or None. One ``stat``."""
         if self._opened is None:
             return None
-        try:
-            now = _identity(os.stat(self.database))
-        except FileNotFoundError:
-            now = None
+        now = _identity(self.database)
         if now == self._opened:
             return None
         what = "deleted" if now is None else "replaced by another file"
@@ -212,6 +211,10 @@ class TurnTakingSqliteDatabase(PooledSqliteDatabase):
             self._writer.release()
 
 
-def _identity(stat):
-    """Which file a ``stat`` is of: its device and inode."""
+def _identity(path):
+    """Which file is at ``path``: its device and inode; None when there is none."""
+    try:
+        stat = os.stat(path)
+    except OSError:  # none there, or out of reach (SQLite will say so)
+        return None
     return stat.st_dev, stat.st_ino

@@ -7,8 +7,11 @@ import logging
 import os
 import sqlite3
 import subprocess
+from urllib.parse import urlsplit
 
 import pytest
+import requests
+from playhouse.migrations import Migration
 
 from helpers import POSTGRES_URL, assert_error, bearer, create_plant
 from plantstore import create_app, database_faults, db
@@ -193,17 +196,15 @@ def test_a_schema_older_than_the_code_is_not_ready_and_its_failing_writes_are_50
         app, client, alice, caplog):
     with db.database.connection_context():
         migrations = db.migration_runner()
-        for _ in range(4):  # 0013 (the contract step, which this release runs beside), ...
-            migrations.down()
+        migrations.down()  # 0014, whose view (and functions) a create reads
     try:
         assert_not_ready(client, "the database schema is older than this release")
         assert logged(caplog, "the database schema is older than this release: "
-                              "0010_engine_v2_functions, 0011_receiver_throttle, "
-                              "0012_wider_secrets not applied: run `plantstore db upgrade`")
+                              "0014_job_rows not applied: run `plantstore db upgrade`")
         create = client.post("/plants", json={"id": 1, "name": "Fern"}, headers=bearer(alice))
-        if POSTGRES_URL:  # a create calls 0010's functions
+        if POSTGRES_URL:  # a create calls 0014's functions
             assert_unavailable(create)
-        else:  # a create needs nothing 0010 to 0012 add on SQLite
+        else:  # with no subscription a create reads nothing 0014 adds on SQLite
             assert create.status_code == 200
         assert not [record for record in caplog.records
                     if record.levelno >= logging.ERROR and record.name == "plantstore.errors"]
@@ -237,6 +238,44 @@ def test_every_after_rollout_migration_is_named_so_that_older_releases_know_it()
     """The release before reads an unknown migration's name, not its module:
     ``_after_rollout`` is how it knows it cannot run beside it (0013, older
     than this rule, is known to every release that reads names)."""
-    for name, after_rollout in database_faults.known_migrations().items():
-        named = name.endswith(database_faults.CONTRACT_SUFFIX) or name == "0013_bigint_ids"
-        assert after_rollout == named, name
+    for migration in Migration.load_directory(db.MIGRATIONS_DIR):
+        named = migration.name.endswith(database_faults.CONTRACT_SUFFIX) \
+            or migration.name == "0013_bigint_ids"
+        assert getattr(migration.load(), "AFTER_ROLLOUT", False) == named, migration.name
+
+
+@SQLITE_ONLY
+@pytest.mark.slow
+def test_gunicorn_acknowledges_no_create_into_a_deleted_file(gunicorn_server, alice,
+                                                              database_url):
+    """The issue's case: every worker of a real gunicorn refuses, none answers
+    200 into the unlinked file, and a restart finds no schema rather than
+    serving 500s."""
+    server = gunicorn_server(workers=2)
+    url = server.url
+    assert requests.post(f"{url}/plants", json={"id": 1, "name": "Fern"},
+                         headers=bearer(alice), timeout=10).status_code == 200
+    path = urlsplit(database_url).path[1:]
+    os.unlink(path)
+
+    answers = [requests.post(f"{url}/plants", json={"id": n, "name": "Moss"},
+                             headers=bearer(alice), timeout=10) for n in range(2, 12)]
+    assert [answer.status_code for answer in answers] == [503] * 10
+    assert all(answer.json()["error"] == 503 and answer.headers["Retry-After"]
+               for answer in answers)
+    readiness = requests.get(f"{url}/readyz", timeout=10)
+    assert readiness.status_code == 503
+    assert readiness.json()["message"] == "Not ready: database file deleted or replaced."
+    assert not os.path.exists(path)
+    server.stop()
+    assert "database file deleted or replaced" in server.output()
+    assert "Traceback" not in server.output()
+
+    for leftover in ("-wal", "-shm"):  # as an operator clearing up would
+        os.unlink(path + leftover)
+    restarted = gunicorn_server(workers=1)
+    assert requests.get(f"{restarted.url}/readyz", timeout=10).json()["message"] == (
+        "Not ready: the database holds no plantstore schema (an empty file, or another "
+        "application's database?).")
+    assert requests.get(f"{restarted.url}/plants", headers=bearer(alice),
+                        timeout=10).status_code == 503
