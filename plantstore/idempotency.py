@@ -7,7 +7,7 @@ instead of a second effect. Keys belong to a user and live in the database
 - the key is claimed, and its answer stored, together with the create's
   effect: on PostgreSQL in the create's own statement (the view passes its
   answer, known before it writes, with ``answering``; the statement claims
-  the key and writes nothing if it is taken, see ``plants/create.py``), so a keyed create costs
+  the key and writes nothing if it is taken, see ``webhooks/__init__.py``), so a keyed create costs
   the same statements as one without; on SQLite in one transaction that
   claims the key, runs the view and stores its answer. Either way a stored
   answer always matches what happened, and the webhook events of a create

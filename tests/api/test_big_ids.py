@@ -111,14 +111,14 @@ def test_ids_running_out_answer_503_never_500(app, client, runner, alice):
         database.execute_sql("ALTER SEQUENCE delivery_id_seq NO MAXVALUE")
 
 
-LEFT = ("left for after the rollout: 0013_bigint_ids (run `plantstore db upgrade` once every "
-        "node runs this release)")
+LEFT = ("left for after the rollout: 0013_bigint_ids, 0014_job_rows (run `plantstore db "
+        "upgrade` once every node runs this release)")
 
 
 def test_upgrade_expand_stops_before_the_migration_that_needs_every_node(app, runner):
     with database.connection_context():
         migrations = db.migration_runner()
-        for _ in range(4):  # 0013, 0012, 0011, 0010
+        for _ in range(5):  # 0014, 0013, 0012, 0011, 0010
             migrations.down()
     try:
         result = runner.invoke(args=["db", "upgrade", "--expand"])
@@ -134,7 +134,7 @@ def test_upgrade_expand_stops_before_the_migration_that_needs_every_node(app, ru
     finally:
         result = runner.invoke(args=["db", "upgrade"])
     assert result.exit_code == 0, result.output
-    assert result.output.split() == ["applied", "0013_bigint_ids"]
+    assert result.output.split() == ["applied", "0013_bigint_ids", "applied", "0014_job_rows"]
     if POSTGRES_URL:
         assert _id_type() == "bigint"
 

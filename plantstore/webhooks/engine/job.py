@@ -2,8 +2,6 @@
 import dataclasses
 import time
 
-from .store import JOB_COLUMNS
-
 LEASE_MARGIN_SECONDS = 1.0
 """How much longer than its attempt's deadline a lease must still last for
 the attempt to start: its outcome is written inside the lease."""
@@ -25,14 +23,17 @@ class Job:
     secret: str
     retired_secrets: str | None
     breaker_open: bool
+    # The lease's timing, by this process's clock (not a column):
     leased_at: float  # time.monotonic() before the lease was taken
     lease_seconds: float
 
     @classmethod
     def from_row(cls, row, leased_at, lease_seconds):
-        """The job of a store's job row (a dict of ``JOB_COLUMNS``)."""
+        """The job of a store's job row (a ``plantstore_job`` row, as a dict:
+        every field but the lease's timing is read from it by name)."""
         return cls(**{name: row[name] for name in JOB_COLUMNS},
                    leased_at=leased_at, lease_seconds=lease_seconds)
+
 
     @property
     def restricted(self):
@@ -56,3 +57,9 @@ class Job:
     def may_start(self, send_bound):
         """Whether an attempt started now ends, with its outcome, inside the lease."""
         return time.monotonic() < self.latest_start(send_bound)
+
+
+JOB_COLUMNS = tuple(field.name for field in dataclasses.fields(Job)
+                    if field.name not in ("leased_at", "lease_seconds"))
+"""What ``Job`` reads of a job row: the columns of the ``plantstore_job`` view
+(migration 0014) it knows."""

@@ -10,7 +10,8 @@ from plantstore import clock
 from plantstore.models import Attempt, Delivery, Subscription, User
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import rules, store
-from plantstore.webhooks.engine.store import JOB_COLUMNS, OutcomeRow
+from plantstore.webhooks.engine.job import JOB_COLUMNS
+from plantstore.webhooks.engine.store import OutcomeRow
 from plantstore.webhooks.engine.throttle import LEFT_TO_WORKERS
 from plugins.webhooks import store_plants, subscribe
 

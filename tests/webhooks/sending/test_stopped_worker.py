@@ -47,7 +47,7 @@ def test_a_worker_stopped_past_its_lease_sends_nothing_for_it_when_it_wakes(
         receiver.wait_for(len(receiver.requests) + chance.randint(1, 12), timeout=60)
         os.killpg(stopped.process.pid, signal.SIGSTOP)
         try:
-            sleep_until(clock.now() + STOP_PAST_LEASE)  # every lease it held ran out
+            sleep_until(clock.read() + STOP_PAST_LEASE)  # every lease it held ran out
         finally:
             os.killpg(stopped.process.pid, signal.SIGCONT)
     assert undelivered(), "the backlog ran out before the last round"

@@ -5,8 +5,9 @@ passes ``tests/webhooks/engine/test_delivery_store_contract.py``.
 
 A store decides nothing: ``webhooks/engine/rules.py`` decides, ``webhooks/engine/queue.py``
 asks the rules and has the store apply what they decided. Its statements
-are named queries in ``webhooks/engine/store/<backend>.sql``. Job rows are dicts
-keyed by column name (``JOB_COLUMNS``).
+are named queries in ``webhooks/engine/store/<backend>.sql``. Job rows are
+rows of the ``plantstore_job`` view (migration 0014), as dicts keyed by
+column name (``job.JOB_COLUMNS`` says which ``Job`` reads).
 """
 import dataclasses
 import datetime
@@ -14,11 +15,6 @@ import uuid
 from typing import Protocol
 
 from ....db import is_sqlite
-
-JOB_COLUMNS = ("delivery_id", "message_id", "payload", "attempts", "lease", "traceparent",
-               "subscription_id", "owner_id", "url", "bearer_token", "secret",
-               "retired_secrets", "breaker_open")
-"""What a job row holds (see ``queue.Job``)."""
 
 
 class SubscriptionsChanging(Exception):

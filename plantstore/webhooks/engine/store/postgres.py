@@ -13,9 +13,10 @@ and taken by ``plantstore_throttle_take_v1`` (migration 0011), a create's
 token by that migration's trigger, in the create's own statement.
 """
 import contextlib
+import json
 import os
 
-from peewee import IntegrityError
+from peewee import DatabaseError, IntegrityError
 
 from ....auth import TokenRefused
 from ....db import database
@@ -39,6 +40,12 @@ FOUND_COLUMNS = ("found_fingerprint", "found_status", "found_content_type", "fou
                  "found_expired")
 """The key's committed row as a keyed create's statement found it."""
 
+TOKEN_REFUSED = "28000"
+"""The SQLSTATE of a create whose token is not valid (nothing written)."""
+
+KEY_TAKEN = "PSKEY"
+"""The SQLSTATE of a keyed create that claimed no key (nothing written)."""
+
 
 def store_new_plant(plant, event_type, payload, traceparent, lease_seconds,
                     token=None, key_claim=None):
@@ -46,12 +53,9 @@ def store_new_plant(plant, event_type, payload, traceparent, lease_seconds,
               "event": event_type, "payload": payload, "traceparent": traceparent,
               "lease_seconds": lease_seconds,
               "token_digest": token and token.digest, "scope": token and token.scope}
-    rows = _retried_while_subscriptions_vanish(
+    return _retried_while_subscriptions_vanish(
         lambda: QUERIES.rows("store_plant", values) if key_claim is None
         else _store_keyed(values, key_claim))
-    if not rows:
-        raise TokenRefused()
-    return [row for row in rows if row["delivery_id"] is not None]
 
 
 def _a_subscription_vanished(error):
@@ -78,12 +82,18 @@ def _retried_while_subscriptions_vanish(store):
                 raise
             if not tries_left:
                 raise SubscriptionsChanging() from None
+        except DatabaseError as error:
+            if _sqlstate(error) == TOKEN_REFUSED:
+                raise TokenRefused() from None
+            if _sqlstate(error) == KEY_TAKEN:
+                raise _key_taken(error) from None
+            raise
 
 
 def _store_keyed(values, key_claim):
     """The keyed store's rows (``KeyTaken`` if it claimed no key)."""
     try:
-        rows = QUERIES.rows("store_keyed_plant", {
+        return QUERIES.rows("store_keyed_plant", {
             **values, "key": key_claim.key, "fingerprint": key_claim.fingerprint,
             "ttl_seconds": key_claim.ttl_seconds, "status": key_claim.status,
             "content_type": key_claim.content_type, "body": key_claim.body})
@@ -93,9 +103,20 @@ def _store_keyed(values, key_claim):
         # The key's row was committed after this statement's snapshot was
         # taken: the key's lock was free, the row taken; the next try sees it.
         raise KeyTaken(True, *[None] * len(FOUND_COLUMNS)) from None
-    if rows and not rows[0]["key_claimed"]:
-        raise KeyTaken(rows[0]["key_lock_held"], *(rows[0][name] for name in FOUND_COLUMNS))
-    return rows
+
+
+def _sqlstate(error):
+    return getattr(error.__context__, "pgcode", None)
+
+
+def _key_taken(error):
+    """The ``KeyTaken`` a keyed create's PSKEY error describes (its detail:
+    whether the key's lock was free, and its committed row as found)."""
+    detail = json.loads(error.__context__.diag.message_detail)
+    found = detail["found"] or {}
+    return KeyTaken(detail["lock_held"],
+                    *(found.get(name) for name in ("fingerprint", "status", "content_type",
+                                                   "body", "expired")))
 
 
 def claim_transaction():

@@ -5,15 +5,15 @@
 
 -- name: store_plant
 -- A create's one statement, its fast path: the token checked, the plant and
--- one delivery per subscription that hears about it (the audience rule), the
--- jobs back (see the function's file).
-SELECT * FROM plantstore_store_plant_v2(
+-- one delivery per subscription that hears about it (plantstore_audience_v1),
+-- their plantstore_job rows back (see the function's file).
+SELECT * FROM plantstore_store_plant_v3(
     %(id)s, %(owner)s, %(name)s, %(tag)s, %(event)s, %(payload)s, %(traceparent)s,
     %(lease_seconds)s, %(token_digest)s, %(scope)s)
 
 -- name: store_keyed_plant
 -- The same with an Idempotency-Key claimed (see the function's file).
-SELECT * FROM plantstore_store_keyed_plant_v2(
+SELECT * FROM plantstore_store_keyed_plant_v3(
     %(id)s, %(owner)s, %(name)s, %(tag)s, %(event)s, %(payload)s, %(traceparent)s,
     %(lease_seconds)s, %(token_digest)s, %(scope)s,
     %(key)s, %(fingerprint)s, %(status)s, %(content_type)s, %(body)s, %(ttl_seconds)s)
@@ -23,17 +23,12 @@ SELECT * FROM plantstore_store_keyed_plant_v2(
 SELECT * FROM plantstore_due_candidates_v2(%(most)s, %(due_by)s::timestamp)
 
 -- name: claim
-SELECT * FROM plantstore_claim_v2(
+SELECT * FROM plantstore_claim_v3(
     %(subscription_ids)s::int[], %(shares)s::int[], %(due_by)s::timestamp,
     %(cooldown)s, %(lease_seconds)s)
 
 -- name: jobs_of
-SELECT d.id AS delivery_id, d.message_id, d.payload, d.attempts, d.lease, d.traceparent,
-       s.id AS subscription_id, s.owner_id, s.url, s.bearer_token, s.secret,
-       s.retired_secrets, s.breaker_opened_at IS NOT NULL AS breaker_open
-FROM delivery d JOIN subscription s ON s.id = d.subscription_id
-WHERE d.id = ANY(%(ids)s::bigint[])
-ORDER BY d.id
+SELECT * FROM plantstore_job WHERE delivery_id = ANY(%(ids)s::bigint[]) ORDER BY delivery_id
 
 -- name: breaker_states
 -- The breakers a batch's moves depend on, locked until the batch commits,

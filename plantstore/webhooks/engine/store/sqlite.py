@@ -63,22 +63,16 @@ def jobs_of(delivery_ids):
 def store_new_plant(plant, event_type, payload, traceparent, lease_seconds,
                     token=None, key_claim=None):
     now, until = clock.now(), clock.after(lease_seconds)
-    jobs = []
     with database.atomic():
         QUERIES.execute("insert_plant", {"id": plant.id, "owner": plant.owner_id,
                                          "name": plant.name, "tag": plant.tag, "now": now})
-        for subscription in QUERIES.rows("audience", {"owner": plant.owner_id}):
-            message_id = new_message_id()
-            delivery_id = QUERIES.execute("insert_delivery", {
-                "subscription_id": subscription["subscription_id"], "message_id": message_id,
-                "event_type": event_type, "payload": payload, "now": now,
-                "until": None if subscription["breaker_open"] else until,
-                "traceparent": traceparent}).lastrowid
-            jobs.append({**subscription, "delivery_id": delivery_id, "message_id": message_id,
-                         "payload": payload, "attempts": 0, "lease": 1,
-                         "traceparent": traceparent,
-                         "breaker_open": bool(subscription["breaker_open"])})
-    return jobs
+        delivery_ids = [QUERIES.execute("insert_delivery", {
+            "subscription_id": subscription["subscription_id"],
+            "message_id": new_message_id(), "event_type": event_type, "payload": payload,
+            "now": now, "until": None if subscription["breaker_open"] else until,
+            "traceparent": traceparent}).lastrowid
+            for subscription in QUERIES.rows("audience", {"owner": plant.owner_id})]
+        return jobs_of(delivery_ids) if delivery_ids else []
 
 
 def insert_delivery(subscription_id, event_type, payload, lease_seconds, traceparent=None):

@@ -33,12 +33,8 @@ WHERE id IN (
 RETURNING id AS delivery_id
 
 -- name: jobs_of
-SELECT d.id AS delivery_id, d.message_id, d.payload, d.attempts, d.lease, d.traceparent,
-       s.id AS subscription_id, s.owner_id, s.url, s.bearer_token, s.secret,
-       s.retired_secrets, s.breaker_opened_at IS NOT NULL AS breaker_open
-FROM delivery d JOIN subscription s ON s.id = d.subscription_id
-WHERE d.id IN (SELECT value FROM json_each(:ids))
-ORDER BY d.id
+SELECT * FROM plantstore_job WHERE delivery_id IN (SELECT value FROM json_each(:ids))
+ORDER BY delivery_id
 
 -- name: insert_plant
 -- A create's plant; its deliveries follow (audience, insert_delivery) in the
@@ -47,9 +43,9 @@ INSERT INTO plant (id, owner_id, name, tag, created_at)
 VALUES (:id, :owner, :name, :tag, :now)
 
 -- name: audience
--- The active subscriptions told about a new plant of :owner (webhooks/subscriptions/audience.py).
-SELECT s.id AS subscription_id, s.owner_id, s.url, s.bearer_token, s.secret,
-       s.retired_secrets, s.breaker_opened_at IS NOT NULL AS breaker_open
+-- Who hears about a new plant of :owner (webhooks/subscriptions/audience.py):
+-- the active subscriptions of operators (no owner), of :owner, and of admins.
+SELECT s.id AS subscription_id, s.breaker_opened_at IS NOT NULL AS breaker_open
 FROM subscription s LEFT JOIN "user" u ON u.id = s.owner_id
 WHERE s.is_active AND (s.owner_id IS NULL OR s.owner_id = :owner OR u.is_admin)
 ORDER BY s.id

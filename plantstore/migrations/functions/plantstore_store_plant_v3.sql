@@ -1,0 +1,47 @@
+-- plantstore_store_plant_v3: a create's one statement (the delivery store's
+-- fast path), returning job rows of the plantstore_job view, so a field
+-- senders need is added to that view and nowhere here.
+-- Frozen once migration 0014 created it: a change is a new version (a new file).
+--
+-- Its owner: the user of the token of digest _token_digest when that token
+-- is valid now and carries _scope (else SQLSTATE 28000 and nothing is
+-- written); with no digest, _owner. Then the plant, and one pending delivery
+-- per subscription of plantstore_audience_v1, leased to the caller unless
+-- the receiver's breaker is open. Its rows: the deliveries' jobs.
+CREATE FUNCTION plantstore_store_plant_v3(
+    _id bigint, _owner int, _name text, _tag text, _event text, _payload text,
+    _traceparent text, _lease_seconds float8, _token_digest text, _scope text)
+RETURNS SETOF plantstore_job
+LANGUAGE plpgsql AS $$
+DECLARE
+    _writer int := _owner;
+    _deliveries bigint[];
+BEGIN
+IF _token_digest IS NOT NULL THEN
+    SELECT t.user_id INTO _writer FROM token t JOIN "user" u ON u.id = t.user_id
+    WHERE t.digest = _token_digest AND t.revoked_at IS NULL
+      AND (t.expires_at IS NULL OR t.expires_at > (now() AT TIME ZONE 'UTC'))
+      AND _scope = ANY(string_to_array(t.scopes, ' '));
+    IF _writer IS NULL THEN
+        RAISE EXCEPTION 'the token is not valid for this' USING ERRCODE = '28000';
+    END IF;
+END IF;
+INSERT INTO plant (id, owner_id, name, tag, created_at)
+VALUES (_id, _writer, _name, _tag, (now() AT TIME ZONE 'UTC'));
+WITH d AS (
+    INSERT INTO delivery (subscription_id, message_id, event_type, payload, status,
+                          attempts, lease, next_attempt_at, locked_until, created_at,
+                          traceparent)
+    SELECT s.id, 'msg_' || replace(gen_random_uuid()::text, '-', ''), _event, _payload,
+           'pending', 0, 1, (now() AT TIME ZONE 'UTC'),
+           CASE WHEN s.breaker_opened_at IS NULL
+                THEN (now() AT TIME ZONE 'UTC') + _lease_seconds * interval '1 second' END,
+           (now() AT TIME ZONE 'UTC'), _traceparent
+    FROM plantstore_audience_v1(_writer) s
+    RETURNING id
+)
+SELECT array_agg(id) INTO _deliveries FROM d;
+RETURN QUERY SELECT * FROM plantstore_job j
+    WHERE j.delivery_id = ANY(_deliveries) ORDER BY j.subscription_id;
+END
+$$;
