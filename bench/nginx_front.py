@@ -83,6 +83,9 @@ class Fronted:
     def cpu_seconds(self):
         return self.server.cpu_seconds()
 
+    def worker_cpu_seconds(self):
+        return self.server.worker_cpu_seconds()
+
     def stop(self):
         self.front.stop()
         self.server.stop()

@@ -23,6 +23,8 @@ FUSE_READ_P99_MS = 100  # /healthz and GET /plants p99 meanwhile
 WORKER_TARGET = 1000    # deliveries/s by one worker on PostgreSQL
 FAIR_P95_TARGET_S = 2.0  # a quiet user's delivery delay beside slow receivers, p95
 TWO_WORKERS_TARGET = 1.6
+BUSIEST_TARGET = 1.2    # the busiest worker process's CPU / the mean of its workers'
+OWNERS_TARGET = 0.9     # one worker's drain with 16 owners / with one, at slow receivers
 MEMORY_TARGET_MB = 60
 
 
@@ -48,22 +50,67 @@ def _verdict(ok):
 
 def machine():
     """One line naming the machine and software the numbers come from."""
-    worker_class, threads = servers.gunicorn_worker_settings()
+    worker_class, threads, reuse_port = servers.gunicorn_worker_settings()
+    sockets = "a listening socket per process (reuse_port)" if reuse_port else \
+        "one listening socket"
     return (f"{_cpu()}, {os.cpu_count()} cores; Linux {platform.release()}; "
             f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}; "
             f"gunicorn worker class `{worker_class}`, {threads} thread(s), "
+            f"{sockets}, "
             f"{servers.WORKERS} workers; load from wrk -t{load.THREADS} -c{load.CONNECTIONS} "
             f"on the same machine; load average when the report was written "
             f"{os.getloadavg()[0]:.1f} (the others' work shares the cores)")
 
 
+SCALING_BEGIN = "<!-- scaling: written by make bench BENCH_PROCESSES=... -->"
+SCALING_END = "<!-- end of scaling -->"
+
+
+def _when(first_commit):
+    """(now, which commit was measured) for a report's first line."""
+    last_commit = commit()
+    return (datetime.datetime.now(datetime.timezone.utc),
+            f"at commit {last_commit}" if last_commit == first_commit else
+            f"while the code changed: from commit {first_commit} to {last_commit}")
+
+
+def render_scaling(results, names, seconds, rounds, command, first_commit):
+    """The scaling section (``BENCH_PROCESSES``) alone, between its markers,
+    with how and when it was measured: a page keeps it when rewritten."""
+    now, measured = _when(first_commit)
+    lines = [SCALING_BEGIN, "## Scaling with the processes", "",
+             f"Measured by `{command}` on {now:%Y-%m-%d %H:%M} UTC, {measured}, on "
+             f"{_cpu()}, {os.cpu_count()} cores. Each server at each number of worker "
+             f"processes, wrk with {load.CONNECTIONS} connections per process, kept alive; "
+             f"every figure the median of {rounds} runs of {seconds} s, the servers' runs "
+             "alternating. *Efficiency*: req/s over what the fewest processes measured "
+             "served, times as many. *Busiest / mean*: the CPU of the busiest worker "
+             "process over the mean of its workers', in the least balanced run (at most "
+             f"{BUSIEST_TARGET}x is the target).", ""]
+    for backend, table in results["processes"].items():
+        lines += _processes(BACKEND_TITLES[backend], table, names)
+    return "\n".join(lines + [SCALING_END]) + "\n"
+
+
+def scaling_of(page):
+    """The scaling section of ``page`` (with its markers), or ""."""
+    begin, end = page.find(SCALING_BEGIN), page.find(SCALING_END)
+    return page[begin:end + len(SCALING_END)] + "\n" if 0 <= begin < end else ""
+
+
+def with_scaling(page, section):
+    """``page`` with its scaling section replaced by ``section`` (added at its
+    end when it has none)."""
+    old = scaling_of(page)
+    if old:
+        return page.replace(old, section)
+    return page + ("\n" if section else "") + section
+
+
 def render(results, names, seconds, rounds, command, first_commit):
     """The whole report as Markdown; ``command`` is how the bench was run,
     ``first_commit`` what ``commit()`` said when it started."""
-    now = datetime.datetime.now(datetime.timezone.utc)
-    last_commit = commit()
-    measured = (f"at commit {last_commit}" if last_commit == first_commit else
-                f"while the code changed: from commit {first_commit} to {last_commit}")
+    now, measured = _when(first_commit)
     lines = [
         "# plantstore performance",
         "",
@@ -105,6 +152,8 @@ def render(results, names, seconds, rounds, command, first_commit):
         lines += _fuse(results["fuse"])
     if "worker" in results:
         lines += _worker(results["worker"])
+    if "owners" in results:
+        lines += _owners(results["owners"])
     if "fair" in results:
         lines += _fair(results["fair"])
     if "limiter" in results:
@@ -126,6 +175,34 @@ def commit():
     changed = git("status", "--porcelain", "--untracked-files=no", "--", "plantstore",
                   "config", "wsgi.py")
     return f"`{commit}`" + (" (with uncommitted changes to the service)" if changed else "")
+
+
+def _processes(backend, table, names):
+    """Per workload, each server at each number of processes: req/s, the
+    efficiency, CPU per request and the busiest process over the mean."""
+    counts = sorted(table)
+    fewest = counts[0]
+    lines = [f"### {backend}", "",
+             "| workload | server | " + " | ".join(
+                 f"{n} process{'es' if n > 1 else ''}: req/s, efficiency, CPU µs/req, "
+                 "busiest / mean" for n in counts) + " |",
+             "|---|---|" + "---|" * len(counts)]
+    for workload in table[fewest]:
+        for n, name in enumerate(names):
+            base = table[fewest][workload][name].rps
+            cells = []
+            for count in counts:
+                m = table[count][workload][name]
+                cells.append(f"{m.rps:,.0f}, {m.rps / (base * count / fewest):.2f}, "
+                             f"{m.cpu_us:,.0f}, {_busiest(m.busiest)}")
+            lines.append(f"| {f'`{workload}`' if n == 0 else ''} | {name} | "
+                         + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _busiest(value):
+    """A busiest-process ratio as the report prints it."""
+    return "n/a" if value is None else f"{value:.2f}x"
 
 
 def _statements(value):
@@ -189,6 +266,30 @@ def _fair(fair):
     return lines
 
 
+def _owners(owners):
+    """One worker's drain with many owners beside one owner's."""
+    lines = ["## The drain with many owners", "",
+             f"{owners['count']:,} deliveries due at once over {owners['subscriptions']} "
+             "subscriptions to one receiver (`bench/receiver.py`) answering after "
+             f"{owners['receiver_ms']} ms, owned by one user or by one user each, drained "
+             "by one `plantstore worker`, the two in turn; medians of "
+             f"{owners['rounds']} runs, and the median of the paired ratios. *Under way*: "
+             "the most POSTs the receiver held unanswered at once.", "",
+             "| database | owners | deliveries/s | CPU µs/delivery | under way |",
+             "|---|---|---|---|---|"]
+    for backend, measured in owners["backends"].items():
+        for name, case in measured["cases"].items():
+            lines.append(f"| {backend} | {name} | {case['rate']:,.0f} | "
+                         f"{case['cpu_us']:,.0f} | {case['under_way']:.0f} |")
+    lines.append("")
+    for backend, measured in owners["backends"].items():
+        ratios = ", ".join(f"{r:.2f}x" for r in measured["ratios"])
+        lines.append(f"{backend}: many owners / one **{measured['ratio']:.2f}x** "
+                     f"(runs: {ratios}; target >= {OWNERS_TARGET}x: "
+                     f"{_verdict(measured['ratio'] >= OWNERS_TARGET)}).")
+    return lines + [""]
+
+
 def _worker(worker):
     """Deliveries per second drained by one and two workers, and their CPU
     per delivery; beside another release's when one was measured."""
@@ -229,15 +330,16 @@ def _worker(worker):
 def _compare_table(table, names):
     """Per workload and server: medians, CPU and statements per request; then
     the paired ratios against the targets."""
-    lines = ["| workload | server | req/s | p50 ms | p99 ms | CPU µs/req | statements/req |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| workload | server | req/s | p50 ms | p99 ms | CPU µs/req | statements/req "
+             "| busiest process / mean |", "|---|---|---|---|---|---|---|---|"]
     for workload, measured in table.items():
         for n, name in enumerate(names):
             m = measured[name]
             lines.append(f"| {f'`{workload}`' if n == 0 else ''} | {name} | {m.rps:,.0f} | "
                          f"{m.p50_ms:.2f} | {m.p99_ms:.2f} | {m.cpu_us:,.0f} | "
-                         f"{_statements(m.statements)} |")
-    lines.append("")
+                         f"{_statements(m.statements)} | {_busiest(m.busiest)} |")
+    lines += ["", "*Busiest process / mean*: the CPU of the server's busiest worker "
+              "process over the mean of its workers', in the least balanced of the runs.", ""]
     if len(names) == 1:
         return lines
     lines += ["Medians of paired ratios, plantstore / yardstick: req/s (higher is better) "

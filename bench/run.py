@@ -31,6 +31,14 @@ Environment:
   BENCH_SECONDS         seconds per wrk run (default 5)
   BENCH_ROUNDS          runs per workload and server (default 3)
   BENCH_EXTRAS=0        skip the scale, webhook, limiter and memory measurements
+  BENCH_PROCESSES=1,2,4 instead of the usual runs: each workload with every
+                        server at each number of worker processes (wrk with
+                        8 connections per process): req/s, CPU per request,
+                        efficiency and the busiest process over the mean
+                        (see bench/processes.py); with BENCH_COMPARE=1 and
+                        every workload, written as the scaling section of
+                        docs/performance.md (the rest of the page is kept,
+                        and a whole run keeps that section)
   BENCH_ONLY=limiter    only the rate limiter's cost per request
   BENCH_ONLY=tracing    only tracing's cost: off, on sampling 1.0 and 0.1
   BENCH_REDIS_URL       the Redis the limiter measurement counts in
@@ -41,7 +49,8 @@ Environment:
   BENCH_OUTPUT          the report (default docs/performance.md for a whole
                         BENCH_COMPARE=1 run, else bench/results/latest.md)
   BENCH_ONLY            run just one measurement: fuse, webhook (create p50
-                        with a 1 ms receiver), worker (see bench/webhooks.py)
+                        with a 1 ms receiver), worker, owners (one worker's
+                        drain with 16 owners against one; see bench/webhooks.py)
                         or fair (bench/fairness.py)
   BENCH_FUSE_SECONDS    seconds of each fuse run (default 15)
   BENCH_FAIR_SECONDS    seconds of the fair-delivery load (default 20; see
@@ -51,7 +60,10 @@ Environment:
                         commit) whose worker is drained in turn with this
                         one's, side by side in the report
   BENCH_WORKER_ROUNDS   drain runs per worker count and code (default 1,
-                        3 with BENCH_WORKER_AGAINST); medians are reported
+                        3 with BENCH_WORKER_AGAINST; the owners drain: 3);
+                        medians are reported
+  BENCH_OWNERS_RECEIVER_MS  how long the owners drain's receiver takes to
+                        answer (default 30)
 """
 import http.server
 import os
@@ -69,6 +81,7 @@ import databases
 import delay_proxy
 import fairness
 import load
+import processes
 import report
 import seed
 import servers
@@ -80,6 +93,8 @@ VENV_BIN = Path(sys.executable).parent
 BENCH_VENV_BIN = REPO / ".venv-bench" / "bin"
 
 PLANTS = 5000
+PAGE = REPO / "docs" / "performance.md"
+"""Written by a whole BENCH_COMPARE=1 run; its scaling section by one with BENCH_PROCESSES."""
 WORKLOADS = {
     "list100": ("GET /plants?limit=100", "/plants?limit=100"),
     "list10": ("GET /plants?limit=10", "/plants?limit=10"),
@@ -142,6 +157,7 @@ class Summary:
     p99_ms: float
     cpu_us: float
     statements: float | None  # None: not counted (SQLite, or no pg_stat_statements)
+    busiest: float | None = None  # the largest run's busiest process / the mean
     rps_ratio: float | None = None
     cpu_ratio: float | None = None
 
@@ -149,12 +165,14 @@ class Summary:
 def summarise(runs):
     """The Summary of ``runs`` (its ratios left to the caller: ``paired``)."""
     counted = [r.statements for r in runs]
+    busiest = [r.busiest for r in runs if r.busiest is not None]
     return Summary(
         rps=statistics.median(r.rps for r in runs),
         p50_ms=statistics.median(r.p50_ms for r in runs),
         p99_ms=statistics.median(r.p99_ms for r in runs),
         cpu_us=statistics.median(r.cpu_us for r in runs),
-        statements=None if None in counted else statistics.median(counted))
+        statements=None if None in counted else statistics.median(counted),
+        busiest=max(busiest, default=None))
 
 
 def paired(numerators, denominators, field):
@@ -177,9 +195,11 @@ class Runner:
             pause_ms=None):
         """One wrk run of a workload (``path`` None means POST /plants, with
         ``pause_ms`` before each request when given), with the server's CPU
-        per request (µs) and statements per request."""
+        per request (µs), statements per request, and its busiest worker
+        process's CPU over the mean of its workers' (``busiest_process``)."""
         seconds = seconds or self.seconds
         cpu_before = contender.server.cpu_seconds()
+        workers_before = contender.server.worker_cpu_seconds()
         window = statements.Window(self.counter, contender.database)
         if path is None:
             self.next_ids += 10 ** 9
@@ -197,6 +217,8 @@ class Runner:
         cpu_used = contender.server.cpu_seconds() - cpu_before
         result.cpu_us = cpu_used * 1e6 / result.requests
         result.statements = window.per(result.requests)
+        result.busiest = busiest_process(workers_before,
+                                         contender.server.worker_cpu_seconds())
         return result
 
     def alternate(self, contenders, path, rounds, connections=load.CONNECTIONS,
@@ -210,10 +232,22 @@ class Runner:
                 results[contender.name].append(result)
                 counted = "" if result.statements is None else \
                     f"   {result.statements:5.2f} statements/req"
+                busiest = "" if result.busiest is None else \
+                    f"   busiest process {result.busiest:4.2f}x the mean"
                 print(f"  {contender.name:<22} {result.rps:8.0f} req/s   "
                       f"p50 {result.p50_ms:6.2f} ms   p99 {result.p99_ms:7.2f} ms   "
-                      f"CPU {result.cpu_us:6.0f} µs/req{counted}", flush=True)
+                      f"CPU {result.cpu_us:6.0f} µs/req{counted}{busiest}", flush=True)
         return results
+
+
+def busiest_process(before, after):
+    """The busiest worker's CPU over the mean of the workers' over a run,
+    from {pid: CPU seconds} before and after it (None with fewer than two
+    workers, or none busy)."""
+    used = [after[pid] - before[pid] for pid in after if pid in before]
+    if len(used) < 2 or not sum(used):
+        return None
+    return max(used) / (sum(used) / len(used))
 
 
 def median_of(results):
@@ -229,21 +263,23 @@ def start(server, started):
     return server.start()
 
 
-def compare(runner, contenders, rounds, workloads=tuple(WORKLOADS)):
-    """The ``workloads`` (keys of WORKLOADS) on every contender, alternating.
+def compare(runner, contenders, rounds, workloads=tuple(WORKLOADS),
+            connections=load.CONNECTIONS):
+    """The ``workloads`` (keys of WORKLOADS) on every contender, alternating,
+    at ``connections`` wrk connections.
 
     Returns {workload title: {name: Summary}}, the ratios of each yardstick's
     Summary being plantstore's over its own (the first contender's).
     """
     for contender in contenders:  # warm up: imports, caches, connection pools
         for key in workloads:
-            runner.run(contender, WORKLOADS[key][1], seconds=1)
+            runner.run(contender, WORKLOADS[key][1], seconds=1, connections=connections)
     table = {}
     for key in workloads:
         title, path = WORKLOADS[key]
-        print(f"{title}  (wrk -t{load.THREADS} -c{load.CONNECTIONS}, "
+        print(f"{title}  (wrk -t{load.THREADS} -c{connections}, "
               f"{runner.seconds}s x {rounds} rounds)", flush=True)
-        results = runner.alternate(contenders, path, rounds)
+        results = runner.alternate(contenders, path, rounds, connections=connections)
         ours = results[contenders[0].name]
         table[title] = {}
         for name, runs in results.items():
@@ -537,6 +573,10 @@ def measure_webhooks(runner, workdir, rounds, started, only, backends):
             VENV_BIN, env_int("BENCH_WORKER_DELIVERIES", 5000), backends,
             against=Path(against).expanduser().resolve() if against else None,
             rounds=env_int("BENCH_WORKER_ROUNDS", 3 if against else 1))
+    if only in (None, "owners"):
+        results["owners"] = webhooks.measure_owners(
+            VENV_BIN, env_int("BENCH_WORKER_DELIVERIES", 5000), backends,
+            env_int("BENCH_WORKER_ROUNDS", 3), env_int("BENCH_OWNERS_RECEIVER_MS", 30))
     if only in (None, "fair"):
         results["fair"] = {
             backend.name: fairness.measure_fairness(
@@ -587,12 +627,14 @@ def plantstore_server(url, name, workdir):
 
 def main():
     only = os.environ.get("BENCH_ONLY") or None
-    if only not in (None, "fuse", "webhook", "worker", "fair", "limiter", "tracing"):
-        sys.exit(f"BENCH_ONLY={only!r}: use fuse, webhook, worker, fair, limiter or tracing")
+    if only not in (None, "fuse", "webhook", "worker", "owners", "fair", "limiter", "tracing"):
+        sys.exit(f"BENCH_ONLY={only!r}: use fuse, webhook, worker, owners, fair, limiter "
+                 "or tracing")
     quick = os.environ.get("BENCH_QUICK") == "1"
     compare_yardsticks = quick or os.environ.get("BENCH_COMPARE") == "1"
     extras = not quick and os.environ.get("BENCH_EXTRAS", "1") != "0"
     workloads = chosen_workloads()
+    counts = processes.chosen_counts()
     seconds = env_int("BENCH_SECONDS", 3 if quick else 5)
     rounds = env_int("BENCH_ROUNDS", 3)
     yardsticks = Path(os.environ.get("BENCH_YARDSTICKS") or REPO.parent / "shared" / "bench")
@@ -600,13 +642,24 @@ def main():
         print(f"no yardsticks in {yardsticks}: plantstore alone", flush=True)
         compare_yardsticks = False
     whole = compare_yardsticks and not quick and len(workloads) == len(WORKLOADS) + 1
-    output = Path(os.environ.get("BENCH_OUTPUT") or REPO / (
-        "docs/performance.md" if whole else "bench/results/latest.md"))
+    output = Path(os.environ.get("BENCH_OUTPUT")
+                  or (PAGE if whole else REPO / "bench/results/latest.md"))
     first_commit = report.commit()
 
     def write(results, names):
-        """Print the report of ``results`` and write it to ``output``."""
-        text = report.render(results, names, seconds, rounds, invocation(), first_commit)
+        """Print the report of ``results`` and write it to ``output``: the
+        scaling section of a page a whole run writes is kept, and a scaling
+        run replaces only that section of it."""
+        old = output.read_text() if output.exists() else ""
+        if "processes" in results:
+            text = report.render_scaling(results, names, seconds, rounds, invocation(),
+                                         first_commit)
+            if output == PAGE:
+                text = report.with_scaling(old, text)
+        else:
+            text = report.render(results, names, seconds, rounds, invocation(), first_commit)
+            if output == PAGE:
+                text = report.with_scaling(text, report.scaling_of(old))
         print(text)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text)
@@ -631,6 +684,14 @@ def main():
         if only:
             results = measure_webhooks(runner, workdir, rounds, started, only, backends)
             return write(results, [])
+        if counts:
+            results = {"processes": {
+                backend.name: processes.measure_processes(
+                    runner, backend, [w for w in workloads if w in WORKLOADS], rounds,
+                    yardsticks if compare_yardsticks else None, counts, workdir, started)
+                for backend in backends}}
+            return write(results, names + (["ceiling", "fastapi-peer"]
+                                           if compare_yardsticks else []))
         if compare_yardsticks:
             names += ["ceiling", "fastapi-peer"]
         for backend in backends:
@@ -653,8 +714,8 @@ def main():
             server.stop()
         for backend in backends:
             backend.close()
-        if not only:  # what was measured is written even if a later part failed
-            write(results, names)
+        if not only and not counts:  # what was measured is written even if a later
+            write(results, names)     # part failed (a scaling run only when complete)
 
 
 def invocation():
@@ -662,6 +723,19 @@ def invocation():
     settings = sorted(f"{key}={value}" for key, value in os.environ.items()
                       if key.startswith(("BENCH_", "AB_")) and value)
     return " ".join(["make bench", *settings])
+
+
+def ensure_bench_venv():
+    """Make .venv-bench, with the FastAPI peer's packages, when it lacks them."""
+    has_driver = (BENCH_VENV_BIN / "python").exists() and subprocess.run(
+        [str(BENCH_VENV_BIN / "python"), "-c", "import psycopg2, uvicorn"],
+        capture_output=True).returncode == 0
+    if not has_driver:
+        print("installing fastapi, uvicorn[standard] and psycopg2-binary into .venv-bench",
+              flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV_BIN.parent)], check=True)
+        subprocess.run([str(BENCH_VENV_BIN / "pip"), "install", "-q", "fastapi",
+                        "uvicorn[standard]", "psycopg2-binary"], check=True)
 
 
 def start_yardsticks(yardsticks, backend, workdir, started):
@@ -673,15 +747,7 @@ def start_yardsticks(yardsticks, backend, workdir, started):
     def ceiling(url, name):
         return servers.ceiling(yardsticks, url, workdir, VENV_BIN, name=name)
 
-    has_driver = (BENCH_VENV_BIN / "python").exists() and subprocess.run(
-        [str(BENCH_VENV_BIN / "python"), "-c", "import psycopg2, uvicorn"],
-        capture_output=True).returncode == 0
-    if not has_driver:
-        print("installing fastapi, uvicorn[standard] and psycopg2-binary into .venv-bench",
-              flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV_BIN.parent)], check=True)
-        subprocess.run([str(BENCH_VENV_BIN / "pip"), "install", "-q", "fastapi",
-                        "uvicorn[standard]", "psycopg2-binary"], check=True)
+    ensure_bench_venv()
     peer_url = backend.url("peer")
     peer_token = seed.seed_yardstick(ceiling_py, peer_url, PLANTS)
 

@@ -26,7 +26,7 @@ def free_port():
 
 
 def gunicorn_worker_settings():
-    """(worker_class, threads) that config/gunicorn.conf.py chooses.
+    """(worker_class, threads, reuse_port) that config/gunicorn.conf.py chooses.
 
     Reading the config runs it, and it sets up a metrics directory in the
     environment: the environment is put back as it was, so no later
@@ -38,13 +38,15 @@ def gunicorn_worker_settings():
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    return conf.get("worker_class", "sync"), int(conf.get("threads", 1))
+    return (conf.get("worker_class", "sync"), int(conf.get("threads", 1)),
+            bool(conf.get("reuse_port")))
 
 
 class Server:
     """One server process group, its log file, its port and its workers."""
 
-    def __init__(self, name, argv, env, cwd, log_dir, probe_path="/plants", workers=WORKERS):
+    def __init__(self, name, argv, env, cwd, log_dir, probe_path="/plants", workers=WORKERS,
+                 serves_itself=False):
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -54,6 +56,7 @@ class Server:
         self.log_path = Path(log_dir) / f"{name}.log"
         self.probe_path = probe_path
         self.workers = workers
+        self.serves_itself = serves_itself  # no worker processes: it serves
         self.process = None
 
     def start(self, seconds=60):
@@ -84,6 +87,8 @@ class Server:
     def worker_pids(self):
         """The pids of the serving worker processes (children of the master)."""
         pid = self.process.pid
+        if self.serves_itself:
+            return [pid]
         try:
             children = Path(f"/proc/{pid}/task/{pid}/children").read_text()
         except OSError:
@@ -95,6 +100,10 @@ class Server:
     def cpu_seconds(self):
         """User + system CPU seconds of the master and its workers so far."""
         return cpu.tree_cpu_seconds(self.process.pid)
+
+    def worker_cpu_seconds(self):
+        """{pid: user + system CPU seconds so far} of each serving worker."""
+        return {pid: cpu.tree_cpu_seconds(pid) for pid in self.worker_pids()}
 
     def worker_rss_kib(self):
         """{pid: VmRSS in KiB} of each worker."""
@@ -132,38 +141,46 @@ def vm_rss_kib(pid):
     return None
 
 
-def plantstore(database_url, log_dir, venv_bin, name="plantstore", env=None, checkout=REPO):
-    """plantstore under gunicorn with the project's own config, served from
-    ``checkout`` (another working tree: its config and its package)."""
+def plantstore(database_url, log_dir, venv_bin, name="plantstore", env=None, checkout=REPO,
+               workers=WORKERS):
+    """plantstore under gunicorn with the project's own config and ``workers``
+    processes, served from ``checkout`` (another working tree: its config
+    and its package)."""
     checkout = Path(checkout)
     return Server(
         name,
         [str(venv_bin / "gunicorn"), "-c", str(checkout / GUNICORN_CONF.relative_to(REPO)),
          "wsgi:app"],
-        {"PLANTSTORE_DATABASE_URL": database_url, "WEB_CONCURRENCY": str(WORKERS),
+        {"PLANTSTORE_DATABASE_URL": database_url, "WEB_CONCURRENCY": str(workers),
          **(env or {})},
-        checkout, log_dir)
+        checkout, log_dir, workers=workers)
 
 
 def ceiling(yardsticks, database_url, log_dir, venv_bin, name="ceiling", app="ceiling:app",
-            env=None):
+            env=None, workers=WORKERS):
     """ceiling.py (or ``app``, another WSGI app using its connections) under
     gunicorn on ``database_url`` (sqlite:/// or postgresql://), served from
-    the yardsticks' directory: as many workers, the same worker class and
-    threads as plantstore (it keeps one connection per thread)."""
-    worker_class, threads = gunicorn_worker_settings()
+    the yardsticks' directory: as many workers, the same worker class,
+    threads and listening sockets as plantstore (it keeps one connection per
+    thread)."""
+    worker_class, threads, reuse_port = gunicorn_worker_settings()
     return Server(
         name,
-        [str(venv_bin / "gunicorn"), "-w", str(WORKERS), "-k", worker_class,
-         "--threads", str(threads), "-b", "127.0.0.1:{port}", app],
-        {"CEILING_DATABASE_URL": database_url, **(env or {})}, yardsticks, log_dir)
+        [str(venv_bin / "gunicorn"), "-w", str(workers), "-k", worker_class,
+         "--threads", str(threads), "-b", "127.0.0.1:{port}", app]
+        + (["--reuse-port"] if reuse_port else []),
+        {"CEILING_DATABASE_URL": database_url, **(env or {})}, yardsticks, log_dir,
+        workers=workers)
 
 
-def peer(yardsticks, database_url, log_dir, bench_venv_bin, name="fastapi-peer"):
+def peer(yardsticks, database_url, log_dir, bench_venv_bin, name="fastapi-peer",
+         workers=WORKERS):
     """peer_fastapi.py under uvicorn with as many worker processes (an ASGI
-    app: gunicorn's gthread worker cannot serve it)."""
+    app: gunicorn's gthread worker cannot serve it); with one, uvicorn
+    serves in its own process."""
     return Server(
         name,
-        [str(bench_venv_bin / "uvicorn"), "--workers", str(WORKERS), "--host", "127.0.0.1",
+        [str(bench_venv_bin / "uvicorn"), "--workers", str(workers), "--host", "127.0.0.1",
          "--port", "{port}", "peer_fastapi:app"],
-        {"CEILING_DATABASE_URL": database_url}, yardsticks, log_dir)
+        {"CEILING_DATABASE_URL": database_url}, yardsticks, log_dir, workers=workers,
+        serves_itself=workers == 1)

@@ -19,6 +19,14 @@ from the first delivery to the last (process start-up excluded), and so is
 the workers' CPU per delivery (user +
 system time of their processes, from /proc: see cpu.py), the steadier figure
 on a shared machine.
+
+Many owners (``measure_owners``): one worker drains BENCH_WORKER_DELIVERIES
+over OWNER_SUBSCRIPTIONS (16) subscriptions to one receiver answering after
+BENCH_OWNERS_RECEIVER_MS (30), owned by one user and by 16 users (one
+each), in turn BENCH_WORKER_ROUNDS times (3 unless set), after one uncounted
+drain of each: the rate with 16 owners over the rate with one (the median
+of paired ratios) shows whether the fair shares leave slots unused, and the
+receiver's count of POSTs unanswered at once how many were used.
 """
 import os
 import signal
@@ -37,18 +45,20 @@ import servers
 
 RECEIVER = Path(__file__).with_name("receiver.py")
 QUEUE = Path(__file__).with_name("worker_queue.py")
-# The bench's processes see each other's breakers quickly; everything else
-# is the defaults.
-ENV = {"PLANTSTORE_WEBHOOK_BREAKER_COOLDOWN": "1", "PLANTSTORE_WORKER_POLL_INTERVAL": "0.2"}
+# The bench's processes see each other's breakers quickly, and users'
+# subscriptions may name receivers on loopback; everything else is the defaults.
+ENV = {"PLANTSTORE_WEBHOOK_BREAKER_COOLDOWN": "1", "PLANTSTORE_WORKER_POLL_INTERVAL": "0.2",
+       "PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8"}
 
 
 class Receiver:
     """bench/receiver.py on a port of its own (``hang``: never answers)."""
 
-    def __init__(self, port, hang=False):
+    def __init__(self, port, hang=False, delay_ms=None):
         self.port = port
         self.url = f"http://127.0.0.1:{port}/hook"
         argv = [sys.executable, str(RECEIVER), str(port)] + (["--hang"] if hang else [])
+        argv += ["--delay", str(delay_ms)] if delay_ms is not None else []
         self.process = subprocess.Popen(argv, start_new_session=True)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -61,8 +71,15 @@ class Receiver:
 
     def counts(self):
         """(POSTs received, distinct webhook-ids)."""
-        posts, ids = requests.get(f"http://127.0.0.1:{self.port}/", timeout=5).text.split()
-        return int(posts), int(ids)
+        return self._tally()[:2]
+
+    def most_unanswered(self):
+        """The most POSTs it held unanswered at once: attempts under way together."""
+        return self._tally()[2]
+
+    def _tally(self):
+        text = requests.get(f"http://127.0.0.1:{self.port}/", timeout=5).text
+        return [int(number) for number in text.split()]
 
     def stop(self):
         self.process.terminate()
@@ -185,9 +202,11 @@ class WorkerCode:
             env["PYTHONPATH"] = str(self.checkout)
         return env
 
-    def queue(self, url, receiver_url, count):
-        """A fresh database with ``count`` deliveries due, in this code's schema."""
-        subprocess.run([self.python, str(QUEUE), url, receiver_url, str(count)],
+    def queue(self, url, receiver_url, count, subscriptions=1, owners=0):
+        """A fresh database with ``count`` deliveries due, in this code's schema,
+        over ``subscriptions`` of ``owners`` users (0: the operator's)."""
+        subprocess.run([self.python, str(QUEUE), url, receiver_url, str(count),
+                        str(subscriptions), str(owners)],
                        env=self.env(url), cwd=self.checkout, check=True, timeout=300)
 
     def start_worker(self, url):
@@ -204,12 +223,12 @@ def _commit(checkout):
                           capture_output=True, text=True).stdout.strip() or "?"
 
 
-def _drain_once(code, url, receiver_url, count, workers):
-    """Drain ``count`` deliveries with ``workers`` workers of ``code``:
-    (deliveries/s, worker CPU µs per delivery), from the first delivery to
-    the last."""
+def _drain_once(code, url, receiver_url, count, workers, subscriptions=1, owners=0):
+    """Drain ``count`` deliveries (over ``subscriptions`` of ``owners``
+    users) with ``workers`` workers of ``code``: (deliveries/s, worker CPU
+    µs per delivery), from the first delivery to the last."""
     from playhouse.db_url import connect
-    code.queue(url, receiver_url, count)
+    code.queue(url, receiver_url, count, subscriptions, owners)
     counter = connect(url)
     processes = [code.start_worker(url) for _ in range(workers)]
     first = last = None
@@ -277,3 +296,52 @@ def measure_worker(venv_bin, count, backends, against=None, rounds=1):
         receiver.stop()
     return {"against": codes[1].name if against else None, "rounds": rounds,
             "drains": drains}
+
+
+OWNER_SUBSCRIPTIONS = 16
+MANY_OWNERS = 16
+
+
+def measure_owners(venv_bin, count, backends, rounds, receiver_ms):
+    """One worker draining ``count`` deliveries over OWNER_SUBSCRIPTIONS
+    subscriptions of one owner, and of MANY_OWNERS, alternating (a fresh
+    receiver answering after ``receiver_ms`` each drain), ``rounds`` times
+    per backend after one uncounted drain of each; per backend the medians
+    of rate, CPU µs per delivery and most attempts under way, and the median
+    of the paired ratios of rate, many owners / one."""
+    code = WorkerCode(venv_bin)
+    cases = {"1 owner": 1, f"{MANY_OWNERS} owners": MANY_OWNERS}
+    results = {}
+
+    def drain(backend, name, owners, label):
+        receiver = Receiver(servers.free_port(), delay_ms=receiver_ms)
+        try:
+            rate, cpu_us = _drain_once(code, backend.url(f"owners-{label}"), receiver.url,
+                                       count, 1, OWNER_SUBSCRIPTIONS, owners)
+            return rate, cpu_us, receiver.most_unanswered()
+        finally:
+            receiver.stop()
+
+    for backend in backends:
+        title = {"sqlite": "SQLite", "postgres": "PostgreSQL"}[backend.name]
+        for name, owners in cases.items():  # not counted: see measure_worker
+            drain(backend, name, owners, f"warm-up-{owners}")
+        runs = {name: [] for name in cases}
+        for round_ in range(rounds):
+            order = list(cases.items())
+            for name, owners in order[::-1] if round_ % 2 else order:
+                runs[name].append(drain(backend, name, owners, f"{owners}-{round_}"))
+                rate, cpu_us, under_way = runs[name][-1]
+                print(f"owners drain {title}, {name}, receivers answering in "
+                      f"{receiver_ms} ms: {rate:,.0f} deliveries/s, {cpu_us:,.0f} µs CPU "
+                      f"per delivery, at most {under_way} under way", flush=True)
+        one, many = runs.values()
+        results[title] = {
+            "cases": {name: {"rate": statistics.median(r for r, _, _ in found),
+                             "cpu_us": statistics.median(c for _, c, _ in found),
+                             "under_way": statistics.median(u for _, _, u in found)}
+                      for name, found in runs.items()},
+            "ratio": statistics.median(m[0] / o[0] for m, o in zip(many, one)),
+            "ratios": [m[0] / o[0] for m, o in zip(many, one)]}
+    return {"rounds": rounds, "receiver_ms": receiver_ms, "count": count,
+            "subscriptions": OWNER_SUBSCRIPTIONS, "backends": results}
