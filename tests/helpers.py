@@ -212,3 +212,11 @@ def skew_process_clock(monkeypatch, offset):
             for name in ("utcnow", "local_now"):
                 if getattr(module, name, None) in real_clocks:
                     monkeypatch.setattr(module, name, skewed)
+
+
+def roll_back_after(name):
+    """Undo every applied migration newer than ``name``, the newest first."""
+    migrations = db.migration_runner()
+    for _ in [migration for migration in migrations.status()
+              if migration.applied and migration.name > name]:
+        migrations.down()

@@ -29,6 +29,7 @@ from helpers import (
     POSTGRES_URL,
     REPO,
     bearer,
+    free_port,
     plantstore_env,
     run_plantstore,
     seed,
@@ -490,7 +491,7 @@ def test_without_variables_nothing_is_exported_and_nothing_breaks(
 @pytest.mark.slow
 def test_an_unusable_exporter_setting_stops_gunicorn_in_one_line(database_url):
     env = {**without_otel_variables(os.environ), **plantstore_env(database_url),
-           "PORT": "0", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+           "PORT": str(free_port()), "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
            "OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon"}
     result = subprocess.run(
         [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "wsgi:app"],

@@ -9,7 +9,7 @@ import threading
 import psycopg2
 import pytest
 
-from helpers import POSTGRES_URL, wait_until
+from helpers import POSTGRES_URL, roll_back_after, wait_until
 from plantstore import db
 from plantstore.db import database
 from plantstore.migration_runner import lock_timeouts_ms
@@ -45,10 +45,7 @@ def at_0010(app):
     fully migrated again afterwards."""
     with database.connection_context():
         subscription = Subscription.create(url="http://127.0.0.1:9/", secret="whsec_" + "A" * 44)
-        migrations = db.migration_runner()
-        for _ in [m for m in migrations.status()
-                  if m.applied and m.name > "0010_engine_v2_functions"]:
-            migrations.down()  # the newest first, down to 0011
+        roll_back_after("0010_engine_v2_functions")
     yield subscription.id
     with database.connection_context():
         db.upgrade()

@@ -23,6 +23,7 @@ class Job:
     secret: str
     retired_secrets: str | None
     breaker_open: bool
+    event_type: str  # what it announces: plant.created, plant.test (migration 0015)
     # The lease's timing, by this process's clock (not a column):
     leased_at: float  # time.monotonic() before the lease was taken
     lease_seconds: float

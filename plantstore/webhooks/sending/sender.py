@@ -113,7 +113,7 @@ def attempt(job, settings, context=None):
     never an exception (a bug must not lose the delivery: it is retried).
     ``NotSent`` when this process could not send it (nothing left it)."""
     with spans.attempt_span(job.message_id, job.delivery_id, job.url, job.attempts + 1,
-                            job.traceparent, context) as span:
+                            job.traceparent, context, job.event_type) as span:
         started_at, clock = local_now(), time.monotonic()
         try:
             result = send(job, settings)

@@ -133,7 +133,7 @@ def _url_attributes(url):
 
 @contextlib.contextmanager
 def attempt_span(message_id, delivery_id, url, attempt_number, traceparent=None,
-                 context=None):
+                 context=None, event_type=None):
     """The span of one webhook attempt, active in this thread while it runs;
     yields an ``Attempt`` to record its outcome on.
 
@@ -156,6 +156,8 @@ def attempt_span(message_id, delivery_id, url, attempt_number, traceparent=None,
         "plantstore.webhook.delivery_id": delivery_id,
         "plantstore.webhook.attempt": attempt_number,
     }
+    if event_type is not None:
+        attributes["plantstore.webhook.event_type"] = event_type
     if attempt_number > 1:
         attributes["http.request.resend_count"] = attempt_number - 1
     with tracing.tracer().start_as_current_span("POST", context=parent, kind=SpanKind.CLIENT,

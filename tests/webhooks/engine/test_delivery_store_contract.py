@@ -60,6 +60,7 @@ def test_lease_takes_each_share_with_every_job_column(app, backend, two_receiver
     assert [row["subscription_id"] for row in rows].count(second) == 1
     assert all(set(JOB_COLUMNS) <= set(row) for row in rows)
     assert all(row["lease"] == 2 and row["url"].startswith("http://") for row in rows)
+    assert {row["event_type"] for row in rows} == {"plant.created"}  # migration 0015
     # leased: no longer due, and another lease takes the next ones
     assert len(backend.due_candidates(5, None)) == 3
     assert backend.jobs_of([row["delivery_id"] for row in rows]) == sorted(
