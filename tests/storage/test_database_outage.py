@@ -130,3 +130,29 @@ def test_a_create_the_database_stalls_is_a_503_at_its_statement_timeout(
     with app.app_context():
         assert Plant.select().count() == 0
     assert client.post("/plants", json=plant, headers=bearer(alice)).status_code == 200
+
+
+@pytest.mark.slow
+def test_a_worker_says_once_that_the_database_is_gone_and_once_that_it_is_back(
+        throwaway_postgres, start_worker):
+    """A running worker whose database stops: one line when it goes, one when
+    it is back (not a traceback at every poll), and it goes on working."""
+    app = create_app({"TESTING": True, "DATABASE_URL": throwaway_postgres.url})
+    with app.app_context():
+        db.upgrade()
+    poll = 0.1
+    worker = start_worker({**os.environ, "PLANTSTORE_DATABASE_URL": throwaway_postgres.url,
+                           "PLANTSTORE_WORKER_POLL_INTERVAL": str(poll)})
+    worker.wait_started()
+    throwaway_postgres.stop()
+
+    def gone_lines():
+        return [m for m in worker.messages() if "the database cannot serve" in m]
+    wait_until(gone_lines, timeout=30, message="the worker to say the database is gone")
+    time.sleep(20 * poll)  # the outage lasts 20 polls: each one fails again
+    throwaway_postgres.start()
+    wait_until(lambda: "webhook worker: the database serves again" in worker.messages(),
+               timeout=60, interval=0.1, message="the worker to say the database is back")
+    assert worker.stop() == 0, worker.output()[-3000:]
+    assert len(gone_lines()) == 1, worker.output()[-3000:]
+    assert "Traceback" not in worker.output(), worker.output()[-3000:]

@@ -27,8 +27,8 @@ import random
 import threading
 import time
 
-from ... import clock
-from ...db import database
+from ... import clock, database_faults
+from ...db import database, is_unavailable
 from ..engine import queue, throttle
 from . import own_trouble, spans
 from .attempt import FINISH_MARGIN_SECONDS, attempt_and_put
@@ -67,6 +67,7 @@ class Worker:
             settings.worker_threads, thread_name_prefix="webhook-send")
         self._last_claim = float("-inf")  # time.monotonic() of the last claim
         self._releases_at_claim = 0  # Slots' releases when the last claim's room was read
+        self._trouble = None  # why the database could not serve the last claim
 
     def _count(self, kinds):
         self.tally.update(kind or "unrecorded" for kind in kinds)
@@ -102,6 +103,9 @@ class Worker:
                                due_by=due_by)
             jobs = throttle.settle(caps, jobs, self.writer.give_back)
             span.claimed(job.traceparent for job in jobs)
+        if self._trouble is not None:
+            log.info("webhook worker: the database serves again")
+            self._trouble = None
         return jobs, caps.keys()
 
     def _start(self, jobs, throttled):
@@ -203,6 +207,23 @@ class Worker:
             self._finish()
         return self.tally
 
+    def _note_trouble(self, error):
+        """Say what stopped the claiming loop: a database that cannot serve (down,
+        or its schema unfit) in one line when that starts or changes, not at
+        every poll; a bug with its traceback."""
+        if is_unavailable(error):
+            trouble, detail = "unavailable", (str(error).strip().splitlines() or [""])[0]
+        else:
+            trouble = detail = database_faults.schema_fault()
+        if trouble is None:
+            log.error("webhook worker: claiming deliveries failed; retrying after the "
+                      "poll interval", exc_info=error)
+            return
+        if trouble != self._trouble:
+            log.warning("webhook worker: the database cannot serve (%s); trying again every "
+                        "%gs", detail or type(error).__name__, self.settings.poll_interval)
+        self._trouble = trouble
+
     def run_forever(self):
         """Poll for due deliveries until ``stop``; returns the tally."""
         log.info("webhook worker started (poll every %gs, %d attempts at once)",
@@ -211,9 +232,8 @@ class Worker:
             while not self.stopping.is_set():
                 try:
                     self._deliver(due_by=None, until_idle=False)
-                except Exception:
-                    log.exception("webhook worker: claiming deliveries failed; "
-                                  "retrying after the poll interval")
+                except Exception as error:
+                    self._note_trouble(error)
                     database.close()
                     self.stopping.wait(self.settings.poll_interval)
         finally:
