@@ -92,7 +92,7 @@ class Subscription(BaseModel):
     enabled_at = DateTimeField(null=True)
     last_success_at = DateTimeField(null=True)  # the last 2xx of any delivery
     created_at = DateTimeField(default=utcnow)
-    # The circuit breaker (see webhooks/breaker.py): failures in a row, and
+    # The circuit breaker (see webhooks/engine/rules.py): failures in a row, and
     # while it is open, since when and when a worker may probe next.
     failure_streak = IntegerField(default=0)
     breaker_opened_at = DateTimeField(null=True)
