@@ -176,6 +176,13 @@ def is_sqlite():
     return isinstance(database.obj, SqliteDatabase)
 
 
+def for_update(query):
+    """``query``, locking the rows it reads until the transaction ends: on
+    PostgreSQL (``FOR UPDATE``); SQLite's write transactions take turns and
+    lock the whole database already."""
+    return query if is_sqlite() else query.for_update()
+
+
 def init_database(app):
     """Bind the proxy to the configured database and manage connections.
 

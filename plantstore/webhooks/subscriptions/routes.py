@@ -10,7 +10,7 @@ from flask_smorest import abort
 from ... import clock
 from ...api import Blueprint, json_response, no_content
 from ...auth import WEBHOOKS_READ, WEBHOOKS_WRITE
-from ...db import database, is_sqlite
+from ...db import database, for_update
 from ...encryption import seal
 from ...models import Attempt, Delivery, Subscription, User
 from ..config import settings_of
@@ -99,8 +99,8 @@ def create_subscription(new):
     _check_reachable(new["url"])
     most = current_app.config["WEBHOOK_MAX_PER_USER"]
     with database.atomic():
-        if not is_sqlite():  # one create at a time per user, so the cap holds
-            User.select(User.id).where(User.id == g.caller.user_id).for_update().execute()
+        # one create at a time per user, so the cap holds
+        for_update(User.select(User.id).where(User.id == g.caller.user_id)).execute()
         held = Subscription.select().where(Subscription.owner == g.caller.user_id).count()
         if held >= most:
             abort(409, message=f"You already hold {held} webhook subscriptions, the "

@@ -18,7 +18,7 @@ import datetime
 import json
 
 from ... import clock
-from ...db import database, is_sqlite
+from ...db import database, for_update
 from ...encryption import reveal, seal
 from ...models import Subscription
 from ..sending.signing import new_secret
@@ -89,10 +89,9 @@ def rotate(subscription_id, overlap_hours):
     with database.atomic():
         now = clock.read()
         expires = now + datetime.timedelta(hours=overlap_hours)
-        query = Subscription.select().where(Subscription.id == subscription_id)
-        if not is_sqlite():
-            query = query.for_update()  # two rotations at once: one after the other
-        subscription = query.first()
+        # two rotations at once: one after the other
+        subscription = for_update(Subscription.select()
+                                  .where(Subscription.id == subscription_id)).first()
         if subscription is None:
             return None
         kept = [(subscription.secret, expires)] + retired(subscription, now)
