@@ -58,11 +58,13 @@ plantstore_gunicorn.answer_protocol_errors_in_json()
 bind = (os.environ.get("GUNICORN_BIND")
         or f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}")
 workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2))
-# gthread with 8 threads, chosen by measurement (docs/server-model.md: make
-# bench-ab, sync against gthread at 1, 2 and 8 threads, both databases,
-# with and without nginx). sync workers cost less CPU per request (0.62-0.80x
-# behind nginx) but serve one request per process: a stalled SQLite writer
-# or a hung database then holds every process, and /healthz with it
+# gthread with 8 threads on SQLite and PostgreSQL alike, chosen by
+# measurement (docs/server-model.md: make bench-ab, sync against gthread,
+# both databases, with and without nginx keeping its connections alive).
+# sync costs as much CPU per request or more, except a PostgreSQL list of
+# 100 behind nginx (0.82x), serves half the creates, and serves one request
+# per process: a slow client (without nginx), a stalled SQLite writer or a
+# locked PostgreSQL table then holds every process, and /healthz with it
 # (tests/storage/test_sqlite_stall.py fails on sync). Threads keep a worker
 # answering while some of its requests wait.
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gthread")
