@@ -10,10 +10,19 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import psycopg2
 import pytest
 from cryptography.fernet import Fernet
 
-from helpers import REPO, bearer, free_port, plantstore_env, run_plantstore, setting
+from helpers import (
+    POSTGRES_URL,
+    REPO,
+    bearer,
+    free_port,
+    plantstore_env,
+    run_plantstore,
+    setting,
+)
 from plantstore import encryption
 from plantstore.db import database
 from plantstore.models import Subscription
@@ -222,6 +231,33 @@ def test_reencrypt_leaves_no_plain_secret_in_the_databases_files(runner, databas
     after = subscription_files(database_url)
     assert [value for value in plain if value in after] == []
     assert b"whsec_" not in after
+
+
+@pytest.mark.skipif(not POSTGRES_URL, reason="PostgreSQL's snapshots; SQLite has none to wait for")
+@pytest.mark.app_config({**LOOPBACK, "ENCRYPTION_KEYS": ""})
+def test_old_values_a_transaction_begun_before_the_rewrite_may_see_are_named_then_removed(
+        runner, database_url, monkeypatch):
+    plain = [subscribe(runner, f"http://127.0.0.1:9/{n}", bearer=f"plain-bearer-{n}")[1].encode()
+             for n in range(5)]
+    reader = psycopg2.connect(database_url)  # a report running meanwhile, on one snapshot
+    try:
+        reader.set_session(isolation_level="REPEATABLE READ")
+        reading = reader.cursor()
+        reading.execute("SELECT count(*), pg_backend_pid() FROM plant")
+        [(_, pid)] = reading.fetchall()
+        monkeypatch.setattr(stored_secrets, "VACUUM_TRY_FOR_SECONDS", 1)
+        encryption.use((KEY_A,))
+        stored_secrets.reencrypt()
+
+        left = stored_secrets.remove_old_versions()
+
+        assert left.startswith(f"session {pid}, in a transaction since "), left
+        assert left.endswith("then run `VACUUM FULL subscription`")
+        assert all(value in subscription_files(database_url) for value in plain)
+    finally:
+        reader.close()
+    assert stored_secrets.remove_old_versions() is None
+    assert not any(value in subscription_files(database_url) for value in plain)
 
 
 def assert_refused_in_one_line(result):
