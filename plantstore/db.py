@@ -204,17 +204,14 @@ def migration_runner(watch=None):
 
 
 def missing_migrations():
-    """The pending migrations this release's code needs: every one before the
-    first marked ``AFTER_ROLLOUT`` (the code runs beside those)."""
+    """The pending migrations this release's code needs: every one but those
+    marked ``AFTER_ROLLOUT`` (the code runs beside those). One that comes
+    after a pending ``AFTER_ROLLOUT`` migration is needed too, though
+    ``--expand`` stops before it: the last upgrade was not finished."""
     with database.connection_context():
-        missing = []
-        for migration in migration_runner().status():
-            if migration.applied or migration.path is None:
-                continue
-            if getattr(migration.load(), "AFTER_ROLLOUT", False):
-                break
-            missing.append(migration.name)
-        return missing
+        return [migration.name for migration in migration_runner().status()
+                if not migration.applied and migration.path is not None
+                and not getattr(migration.load(), "AFTER_ROLLOUT", False)]
 
 
 Upgraded = collections.namedtuple("Upgraded", "applied left")

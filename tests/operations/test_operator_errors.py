@@ -41,11 +41,8 @@ def test_a_usage_error_of_the_command_is_one_line_and_exit_2(database_url, tmp_p
 
 
 def test_worker_once_on_a_database_without_its_migrations_is_one_line(tmp_path):
-    needed = 0  # every migration before the first the code runs beside (AFTER_ROLLOUT)
-    for migration in Migration.load_directory(MIGRATIONS_DIR):
-        if getattr(migration.load(), "AFTER_ROLLOUT", False):
-            break
-        needed += 1
+    needed = sum(1 for migration in Migration.load_directory(MIGRATIONS_DIR)  # but those
+                 if not getattr(migration.load(), "AFTER_ROLLOUT", False))  # it runs beside
     result = run_plantstore("worker", "--once", cwd=tmp_path, env={
         **os.environ, **plantstore_env(f"sqlite:///{tmp_path / 'new.db'}")})
     assert result.returncode == 1

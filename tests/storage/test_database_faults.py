@@ -192,6 +192,24 @@ def test_the_next_releases_expand_migration_keeps_this_one_ready(app, client, al
         forget_migration("9998_add_an_index")
 
 
+def test_a_release_whose_expand_steps_follow_an_unfinished_upgrade_is_not_ready(
+        app, client, caplog):
+    """0014 and 0015 come after 0013, the release before's AFTER_ROLLOUT step:
+    while 0013 is pending, they are too, and this release is not ready
+    (docs/scaling.md, "Upgrading to this release needs the last one
+    finished")."""
+    with db.database.connection_context():
+        roll_back_after("0012_wider_secrets")
+    try:
+        assert_not_ready(client, "the database schema is older than this release")
+        assert logged(caplog, "the database schema is older than this release: "
+                              "0014_job_rows, 0015_job_event_type not applied: run "
+                              "`plantstore db upgrade`")
+    finally:
+        db.upgrade()
+    assert client.get("/readyz").status_code == 200
+
+
 def test_a_schema_older_than_the_code_is_not_ready_and_its_failing_writes_are_503(
         app, client, alice, caplog):
     with db.database.connection_context():
