@@ -140,7 +140,7 @@ class DeliveryStore(Protocol):
 
     def throttle_take_for_claim(self, rooms, default_room, limit, due_by):
         """Take the tokens for a claim: {subscription id: tokens taken} of
-        every throttled, active receiver with due, unleased deliveries the
+        every throttled, active subscription with due, unleased deliveries the
         claim may take, each wanting ``rules.claim_tokens_wanted`` (its
         room: ``rooms.get(id, default_room)``)."""
 

@@ -170,7 +170,7 @@ def write_outcomes(outcomes, moves, settings):
         "started_at": [o.started_at for o in outcomes],
         "status_codes": [o.status_code for o in outcomes],
         "durations": [o.duration_ms for o in outcomes],
-        "receiver_ids": list(moves), "streaks": [m.streak for m in moves.values()],
+        "subscription_ids": list(moves), "streaks": [m.streak for m in moves.values()],
         "opened": [m.opened for m in moves.values()],
         "probes": [m.probe for m in moves.values()],
         "succeeded": [m.succeeded for m in moves.values()],

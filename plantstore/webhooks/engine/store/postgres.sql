@@ -45,7 +45,7 @@ SELECT * FROM plantstore_record_outcomes_v2(
     %(ids)s::bigint[], %(leases)s::int[], %(statuses)s::text[], %(last_errors)s::text[],
     %(errors)s::text[], %(response_bodies)s::text[], %(retry_in)s::float8[],
     %(started_at)s::timestamp[], %(status_codes)s::int[], %(durations)s::int[],
-    %(receiver_ids)s::int[], %(streaks)s::int[], %(opened)s::text[], %(probes)s::text[],
+    %(subscription_ids)s::int[], %(streaks)s::int[], %(opened)s::text[], %(probes)s::text[],
     %(succeeded)s::bool[], %(cooldown)s) AS written (delivery_id)
 
 -- name: sending_settings
@@ -143,7 +143,7 @@ WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('delivered', 'failed')
 -- --- the throttle (webhooks/engine/throttle.py): functions of migration 0011 --------
 
 -- name: throttle_take_for_claim
--- (subscription_id, tokens) of every throttled receiver with due deliveries.
+-- (subscription_id, tokens) of every throttled subscription with due deliveries.
 SELECT * FROM plantstore_throttle_take_for_claim_v1(
     %(ids)s::int[], %(rooms)s::int[], %(default_room)s, %(limit)s, %(due_by)s::timestamp)
 

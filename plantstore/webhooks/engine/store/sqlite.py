@@ -33,13 +33,13 @@ def claim_transaction():
 def due_candidates(most, due_by):
     now = clock.now()
     due = []
-    for receiver in QUERIES.rows("active_receivers", {"now": now}):
-        rows = QUERIES.rows("due_of_receiver", {
-            "subscription_id": receiver["subscription_id"], "due_by": due_by or now,
-            "now": now, "most": 1 if receiver["breaker_open"] else most})
-        due.extend(((row["next_attempt_at"], row["delivery_id"]), receiver) for row in rows)
+    for subscription in QUERIES.rows("active_subscriptions", {"now": now}):
+        rows = QUERIES.rows("due_of_subscription", {
+            "subscription_id": subscription["subscription_id"], "due_by": due_by or now,
+            "now": now, "most": 1 if subscription["breaker_open"] else most})
+        due.extend(((row["next_attempt_at"], row["delivery_id"]), subscription) for row in rows)
     due.sort(key=lambda entry: entry[0])
-    return [receiver for _, receiver in due]
+    return [subscription for _, subscription in due]
 
 
 def lease(shares, probes, due_by, settings):
@@ -192,7 +192,7 @@ def throttle_take_for_claim(rooms, default_room, limit, due_by):
     now = clock.now()
     wants = {row["subscription_id"]: rules.claim_tokens_wanted(
                  row["breaker_open"], rooms.get(row["subscription_id"], default_room), limit)
-             for row in QUERIES.rows("throttle_due_receivers",
+             for row in QUERIES.rows("throttle_due_subscriptions",
                                      {"now": now, "due_by": due_by or now})}
     return _take_throttled(wants) if wants else {}
 

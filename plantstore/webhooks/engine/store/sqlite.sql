@@ -3,14 +3,14 @@
 -- from the process (plantstore/clock.py). Lists are passed as JSON arrays
 -- (json_each). Parameters are sqlite3's :name; rows are read by column name.
 
--- name: active_receivers
+-- name: active_subscriptions
 -- The active subscriptions a claim may take from: breaker closed, or its probe due.
 SELECT id AS subscription_id, coalesce(owner_id, 0) AS owner_key,
        breaker_opened_at IS NOT NULL AS breaker_open
 FROM subscription
 WHERE is_active AND (breaker_opened_at IS NULL OR breaker_probe_at <= :now)
 
--- name: due_of_receiver
+-- name: due_of_subscription
 -- One subscription's due, unleased deliveries, most overdue first, at most
 -- :most (through the index delivery_due_per_subscription).
 SELECT id AS delivery_id, next_attempt_at FROM delivery
@@ -156,8 +156,8 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('delivered', 'fai
 -- The bucket's arithmetic is webhooks/engine/rules.py's, in the store: these only
 -- read and write buckets.
 
--- name: throttle_due_receivers
--- The throttled, active receivers with due, unleased deliveries that a claim
+-- name: throttle_due_subscriptions
+-- The throttled, active subscriptions with due, unleased deliveries that a claim
 -- may take (an open breaker's once its probe is due).
 SELECT s.id AS subscription_id, s.breaker_opened_at IS NOT NULL AS breaker_open
 FROM subscription s
