@@ -1,8 +1,8 @@
 """A change a user makes binds every attempt that starts after its answer,
 played at real receivers while two workers and the web process drain a
 backlog: after a PATCH of URL and bearer token, a secret rotation, a lower
-rate limit or a DELETE has answered, no request goes out with the
-configuration it replaced (attempts already under way may still arrive,
+rate limit or a DELETE has answered, or a 410 has disabled the subscription,
+no request goes out with the configuration it replaced (attempts already under way may still arrive,
 within ``LATE_BOUND`` of the answer on loopback)."""
 import threading
 import time
@@ -11,6 +11,7 @@ import pytest
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from helpers import bearer, post_plant, wait_until
+from plantstore.models import Subscription
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.sending.worker import Worker
 from plugins.webhooks import PATIENT_SENDS, Answer, store_plants, verify
@@ -77,10 +78,12 @@ def after(receiver, moment):
 @pytest.mark.slow
 @pytest.mark.app_config(DRAINING)
 @pytest.mark.parametrize("change", ["url and bearer", "secret rotation", "rate limit",
-                                    "delete"])
+                                    "delete", "disable by a 410"])
 def test_no_attempt_starts_with_a_configuration_its_change_replaced(
         app, client, alice, make_receiver, change):
-    old = make_receiver(Answer(200, delay=RECEIVER_SECONDS))
+    gone = threading.Event()
+    old = make_receiver(lambda received: Answer(410 if gone.is_set() else 200,
+                                                delay=RECEIVER_SECONDS))
     new = make_receiver(Answer(200, delay=RECEIVER_SECONDS))
     created = subscribe(client, alice, old.url, "old-token")
     store_plants(app, range(BACKLOG), owner="alice", give_back=True)
@@ -95,8 +98,13 @@ def test_no_attempt_starts_with_a_configuration_its_change_replaced(
             response = client.post(f"{path}/rotate-secret", headers=bearer(alice))
         elif change == "rate limit":
             response = client.patch(path, json={"rate_limit": 1}, headers=bearer(alice))
-        else:
+        elif change == "delete":
             response = client.delete(path, headers=bearer(alice))
+        else:  # the receiver answers 410: the first outcome written disables it
+            gone.set()
+            wait_until(lambda: not Subscription.get_by_id(created["id"]).is_active, 60,
+                       interval=0.005, message="the subscription disabled")
+            response = client.get(path, headers=bearer(alice))
         answered = time.monotonic()
         assert response.status_code in (200, 204), response.get_json()
         bound = answered + LATE_BOUND
@@ -124,4 +132,4 @@ def test_no_attempt_starts_with_a_configuration_its_change_replaced(
         window = [r for r in after(old, bound) if r.at <= bound + 3.0]
         assert len(window) <= 4, f"{len(window)} requests in 3 s at 1 a second"
     else:
-        assert not after(old, bound), "requests reached a deleted subscription's URL"
+        assert not after(old, bound), f"requests reached a subscription after: {change}"
