@@ -8,10 +8,13 @@
   later migration, ``CREATE OR REPLACE VIEW`` with the column appended; on
   SQLite the view is dropped and made again) and to ``Job``.
 - PostgreSQL only: ``plantstore_audience_v1`` (who hears about a new plant,
-  written once), ``plantstore_store_plant_v3``,
+  written once), ``plantstore_enqueue_new_plant_v1`` (a new plant's
+  deliveries, for both creates), ``plantstore_store_plant_v3``,
   ``plantstore_store_keyed_plant_v3`` and ``plantstore_claim_v3``, which
-  return ``SETOF plantstore_job``; their text is read from the frozen,
-  versioned files in ``migrations/functions/``, as 0010's is.
+  return ``SETOF plantstore_job``, and ``plantstore_record_outcomes_v3``,
+  which locks the subscriptions it moves before any delivery row; their
+  text is read from the frozen, versioned files in ``migrations/functions/``,
+  as 0010's is.
 
 Added beside what the release before calls (the v2 functions are kept),
 so it keeps running on this schema during a rolling upgrade.
@@ -30,8 +33,10 @@ SELECT d.id AS delivery_id, d.message_id, d.payload, d.attempts, d.lease, d.trac
 FROM delivery d JOIN subscription s ON s.id = d.subscription_id
 """
 FUNCTIONS_DIR = os.path.join(os.path.dirname(__file__), "functions")
-FUNCTIONS = ("plantstore_audience_v1", "plantstore_store_plant_v3",
-             "plantstore_store_keyed_plant_v3", "plantstore_claim_v3")
+FUNCTIONS = ("plantstore_audience_v1", "plantstore_enqueue_new_plant_v1",
+             "plantstore_store_plant_v3",
+             "plantstore_store_keyed_plant_v3", "plantstore_claim_v3",
+             "plantstore_record_outcomes_v3")
 
 
 def function_text(name):

@@ -77,19 +77,8 @@ IF _claimed IS NULL THEN
     RAISE EXCEPTION 'the key is taken' USING ERRCODE = 'PSKEY',
         DETAIL = json_build_object('lock_held', _held, 'found', _found)::text;
 END IF;
-WITH d AS (
-    INSERT INTO delivery (subscription_id, message_id, event_type, payload, status,
-                          attempts, lease, next_attempt_at, locked_until, created_at,
-                          traceparent)
-    SELECT s.id, 'msg_' || replace(gen_random_uuid()::text, '-', ''), _event, _payload,
-           'pending', 0, 1, (now() AT TIME ZONE 'UTC'),
-           CASE WHEN s.breaker_opened_at IS NULL
-                THEN (now() AT TIME ZONE 'UTC') + _lease_seconds * interval '1 second' END,
-           (now() AT TIME ZONE 'UTC'), _traceparent
-    FROM plantstore_audience_v1(_writer) s
-    RETURNING id
-)
-SELECT array_agg(id) INTO _deliveries FROM d;
+_deliveries := plantstore_enqueue_new_plant_v1(
+    _writer, _event, _payload, _traceparent, _lease_seconds);
 RETURN QUERY SELECT * FROM plantstore_job j
     WHERE j.delivery_id = ANY(_deliveries) ORDER BY j.subscription_id;
 END

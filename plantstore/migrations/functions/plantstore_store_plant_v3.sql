@@ -6,8 +6,8 @@
 -- Its owner: the user of the token of digest _token_digest when that token
 -- is valid now and carries _scope (else SQLSTATE 28000 and nothing is
 -- written); with no digest, _owner. Then the plant, and one pending delivery
--- per subscription of plantstore_audience_v1, leased to the caller unless
--- the receiver's breaker is open. Its rows: the deliveries' jobs.
+-- per subscription that hears about it (plantstore_enqueue_new_plant_v1).
+-- Its rows: the deliveries' jobs.
 CREATE FUNCTION plantstore_store_plant_v3(
     _id bigint, _owner int, _name text, _tag text, _event text, _payload text,
     _traceparent text, _lease_seconds float8, _token_digest text, _scope text)
@@ -28,19 +28,8 @@ IF _token_digest IS NOT NULL THEN
 END IF;
 INSERT INTO plant (id, owner_id, name, tag, created_at)
 VALUES (_id, _writer, _name, _tag, (now() AT TIME ZONE 'UTC'));
-WITH d AS (
-    INSERT INTO delivery (subscription_id, message_id, event_type, payload, status,
-                          attempts, lease, next_attempt_at, locked_until, created_at,
-                          traceparent)
-    SELECT s.id, 'msg_' || replace(gen_random_uuid()::text, '-', ''), _event, _payload,
-           'pending', 0, 1, (now() AT TIME ZONE 'UTC'),
-           CASE WHEN s.breaker_opened_at IS NULL
-                THEN (now() AT TIME ZONE 'UTC') + _lease_seconds * interval '1 second' END,
-           (now() AT TIME ZONE 'UTC'), _traceparent
-    FROM plantstore_audience_v1(_writer) s
-    RETURNING id
-)
-SELECT array_agg(id) INTO _deliveries FROM d;
+_deliveries := plantstore_enqueue_new_plant_v1(
+    _writer, _event, _payload, _traceparent, _lease_seconds);
 RETURN QUERY SELECT * FROM plantstore_job j
     WHERE j.delivery_id = ANY(_deliveries) ORDER BY j.subscription_id;
 END

@@ -155,16 +155,19 @@ def record(attempts, settings):
                for job, result in attempts]
     changes = rules.batch_changes((job.subscription_id, result) for job, result, _ in decided)
     backend = store.current()
-    # A failure reads its breakers under lock and may disable its
+    # All delivered: one statement (no move depends on a row's state). A
+    # failure reads its breakers under lock and may disable its
     # subscription, in the same transaction. Where writers lock rows, every
     # subscription the batch moves is locked first, in id order, before any
-    # delivery row (the one lock order); else all delivered is one statement.
+    # delivery row (the one lock order): by the failure's read, else by the
+    # write's own statement.
     failed = any(outcome.kind != DELIVERED for _, _, outcome in decided)
     wanted = {subscription_id for subscription_id, (closed, failures, _) in changes.items()
               if rules.needs_state(closed, failures)}
     with database.connection_context(), (
-            database.atomic() if failed or backend.LOCKS_ROWS else contextlib.nullcontext()):
-        read = backend.breaker_states(set(changes) if backend.LOCKS_ROWS else wanted)
+            database.atomic() if failed else contextlib.nullcontext()):
+        read = backend.breaker_states(
+            set(changes) if failed and backend.LOCKS_ROWS else wanted)
         states = {subscription_id: state for subscription_id, state in read.items()
                   if subscription_id in wanted}
         moves = rules.breaker_moves(changes, states, settings.breaker_threshold)

@@ -54,8 +54,8 @@ class DeliveryStore(Protocol):
     LOCKS_ROWS: bool
     """Whether writers take row locks (PostgreSQL): then an outcome batch
     locks every subscription it moves, in id order, before any delivery
-    row (``breaker_states``), the one lock order of
-    docs/webhooks-isolation.md."""
+    row (by ``breaker_states`` with a failure, else by ``write_outcomes``'s
+    own statement), the one lock order of docs/webhooks-isolation.md."""
 
     def claim_transaction(self):
         """A context in which a claim's reads and leases run (SQLite: one

@@ -41,7 +41,7 @@ ORDER BY id
 FOR NO KEY UPDATE
 
 -- name: record_outcomes
-SELECT * FROM plantstore_record_outcomes_v2(
+SELECT * FROM plantstore_record_outcomes_v3(
     %(ids)s::bigint[], %(leases)s::int[], %(statuses)s::text[], %(last_errors)s::text[],
     %(errors)s::text[], %(response_bodies)s::text[], %(retry_in)s::float8[],
     %(started_at)s::timestamp[], %(status_codes)s::int[], %(durations)s::int[],
