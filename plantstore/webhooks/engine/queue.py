@@ -79,12 +79,12 @@ def enqueue_test_event(subscription_id):
 
 # --- claim -------------------------------------------------------------------
 
-def claim(limit, settings, receiver_room, owner_room, rooms=None, owner_rooms=None,
+def claim(limit, settings, subscription_room, owner_room, rooms=None, owner_rooms=None,
           due_by=None):
     """Lease up to ``limit`` deliveries due by ``due_by`` (a time read from
     the database; default: now) to this process, fairly; their jobs.
 
-    At most ``rooms.get(subscription id, receiver_room)`` per subscription
+    At most ``rooms.get(subscription id, subscription_room)`` per subscription
     (0: none) and ``owner_rooms.get(owner key, owner_room)`` per owner, the
     owners taking turns (``rules.fair_shares``); a subscription whose
     breaker is open gets one, its probe, when the probe is due (and only
@@ -94,10 +94,10 @@ def claim(limit, settings, receiver_room, owner_room, rooms=None, owner_rooms=No
     leased_at = time.monotonic()
     backend = store.current()
     with backend.claim_transaction():
-        candidates = backend.due_candidates(max([receiver_room, *rooms.values()]), due_by)
+        candidates = backend.due_candidates(max([subscription_room, *rooms.values()]), due_by)
         shares = rules.fair_shares(
             [(c["subscription_id"], c["owner_key"], c["breaker_open"]) for c in candidates],
-            limit, receiver_room, owner_room, rooms, owner_rooms)
+            limit, subscription_room, owner_room, rooms, owner_rooms)
         probes = {c["subscription_id"] for c in candidates if c["breaker_open"]}
         rows = backend.lease(dict(shares), probes, due_by, settings)
     return [Job.from_row(row, leased_at, settings.lease_seconds) for row in rows]

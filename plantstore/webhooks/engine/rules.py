@@ -189,25 +189,25 @@ def failing_cutoff_seconds(settings):
 
 # --- the fair claim -------------------------------------------------------------
 
-def fair_shares(candidates, limit, receiver_room, owner_room, rooms=None, owner_rooms=None):
+def fair_shares(candidates, limit, subscription_room, owner_room, rooms=None, owner_rooms=None):
     """{subscription id: how many} one claim takes, of ``candidates``:
     ``(subscription id, owner key, breaker open)`` of each due delivery, most
     overdue first.
 
-    A subscription gets at most ``rooms.get(id, receiver_room)`` (1, its
+    A subscription gets at most ``rooms.get(id, subscription_room)`` (1, its
     probe, while its breaker is open); an owner at most
     ``owner_rooms.get(key, owner_room)``; owners take turns (each owner's
     first delivery, then each one's second, ...) until ``limit``.
     """
     rooms, owner_rooms = rooms or {}, owner_rooms or {}
-    by_receiver = collections.Counter()
+    by_subscription = collections.Counter()
     per_owner = collections.defaultdict(list)  # owner -> [(nth of its receiver, rank, id)]
     for rank, (subscription_id, owner_key, breaker_open) in enumerate(candidates):
-        room = 1 if breaker_open else rooms.get(subscription_id, receiver_room)
-        if by_receiver[subscription_id] >= room:
+        room = 1 if breaker_open else rooms.get(subscription_id, subscription_room)
+        if by_subscription[subscription_id] >= room:
             continue
-        by_receiver[subscription_id] += 1
-        per_owner[owner_key].append((by_receiver[subscription_id], rank, subscription_id))
+        by_subscription[subscription_id] += 1
+        per_owner[owner_key].append((by_subscription[subscription_id], rank, subscription_id))
     turns = []  # (owner's turn, how overdue, subscription)
     for owner_key, entries in per_owner.items():
         entries.sort()

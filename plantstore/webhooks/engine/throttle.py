@@ -51,7 +51,7 @@ def take_for_claim(room, limit, due_by=None):
     ``slots.Room``) and ``limit``: {subscription id: tokens taken} for every
     throttled receiver with due deliveries, each at most what the claim could
     give it (0: none available). Pass them as the claim's rooms."""
-    return store.current().throttle_take_for_claim(room.receivers, room.receiver_default,
+    return store.current().throttle_take_for_claim(room.subscriptions, room.subscription_default,
                                                    limit, due_by)
 
 

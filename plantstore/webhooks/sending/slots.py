@@ -44,9 +44,9 @@ class Room:
     owner (the maps name those with slots held or jobs waiting; others get
     the default), and how many slots had been released when it was read."""
     free: int
-    receiver_default: int
+    subscription_default: int
     owner_default: int
-    receivers: dict  # subscription id -> jobs it may still take
+    subscriptions: dict  # subscription id -> jobs it may still take
     owners: dict  # owner key -> jobs it may still take
     releases: int
 
@@ -62,7 +62,7 @@ class Slots:
         self.ahead = AHEAD if ahead else 0
         self.send_bound = send_bound
         self._changed = threading.Condition()
-        self._receivers = collections.Counter()
+        self._subscriptions = collections.Counter()
         self._owners = collections.Counter()
         self._held = 0
         self._releases = 0  # ever, so that a waiter can tell whether one came since
@@ -95,11 +95,11 @@ class Slots:
         the kept one too when its owner holds none."""
         held = self._owners[job.owner_key]
         return (self._held < (self.shared if held else self.total)
-                and self._receivers[job.subscription_id] < self.per_receiver)
+                and self._subscriptions[job.subscription_id] < self.per_receiver)
 
     def _take(self, job):
         self._held += 1
-        self._receivers[job.subscription_id] += 1
+        self._subscriptions[job.subscription_id] += 1
         self._owners[job.owner_key] += 1
 
     def try_take(self, job):
@@ -144,7 +144,7 @@ class Slots:
         with self._changed:
             self._held -= 1
             self._releases += 1
-            for counter, key in ((self._receivers, job.subscription_id),
+            for counter, key in ((self._subscriptions, job.subscription_id),
                                  (self._owners, job.owner_key)):
                 counter[key] -= 1
                 if not counter[key]:
@@ -184,7 +184,7 @@ class Slots:
                     self._no_longer_waiting(stale[-1])
                 if not line:
                     del self._waiting[subscription_id]
-                elif (self._receivers[subscription_id] < self.per_receiver
+                elif (self._subscriptions[subscription_id] < self.per_receiver
                       and (fewest is None or self._owners[line[0].owner_key]
                            < self._owners[fewest[0].owner_key])):
                     fewest = line
@@ -204,14 +204,14 @@ class Slots:
         if not self._waiting_owners[job.owner_key]:
             del self._waiting_owners[job.owner_key]
 
-    def _start_waiting(self, preferred_receiver, stale, most, handing_over=False):
-        """Take slots for up to ``most`` waiting jobs, ``preferred_receiver``'s
+    def _start_waiting(self, preferred_subscription, stale, most, handing_over=False):
+        """Take slots for up to ``most`` waiting jobs, ``preferred_subscription``'s
         first, each receiver's in claim order (the oldest lease first); those
         whose lease ran short go to ``stale``. ``handing_over``: see
         ``_may_hand_over``."""
         started = []
-        receivers = sorted(self._waiting, key=lambda sid: sid != preferred_receiver)
-        for subscription_id in receivers:
+        for subscription_id in sorted(self._waiting,
+                                      key=lambda sid: sid != preferred_subscription):
             line = self._waiting[subscription_id]
             while line and len(started) < most:
                 job = line[0]
@@ -266,18 +266,18 @@ class Slots:
         and (unless not ``for_waiting``) for jobs to wait for one."""
         with self._changed:
             rounds = 1 + (self.ahead if for_waiting else 0)
-            receivers = collections.Counter(self._receivers)
+            held = collections.Counter(self._subscriptions)
             owners = collections.Counter(self._owners)
             if rounds > 1:
                 for subscription_id, line in self._waiting.items():
-                    receivers[subscription_id] += len(line)
+                    held[subscription_id] += len(line)
                 owners.update(self._waiting_owners)
             present = self._present()
             return Room(
                 free=rounds * self.total - self._held - (rounds > 1) * self._waiting_count,
-                receiver_default=rounds * self.per_receiver,
+                subscription_default=rounds * self.per_receiver,
                 owner_default=rounds * self._share(None, present + 1),
-                receivers={sid: rounds * self.per_receiver - n for sid, n in receivers.items()},
+                subscriptions={sid: rounds * self.per_receiver - n for sid, n in held.items()},
                 owners={owner: max(0, rounds * self._share(owner, present) - n)
                         for owner, n in owners.items()},
                 releases=self._releases)
@@ -302,7 +302,7 @@ class Slots:
     def reset(self):
         """Forget every slot (a forked child holds none of its parent's)."""
         with self._changed:
-            self._receivers.clear()
+            self._subscriptions.clear()
             self._owners.clear()
             self._held = 0
             self._waiting, self._waiting_count = {}, 0

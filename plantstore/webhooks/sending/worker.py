@@ -98,8 +98,8 @@ class Worker:
             caps = throttle.take_for_claim(slot_room, min(slot_room.free, limit), due_by)
             left_to_others = dict.fromkeys(own_trouble.avoided(), 0)
             jobs = queue.claim(limit, self.settings,
-                               room.receiver_default, room.owner_default,
-                               {**room.receivers, **caps, **left_to_others}, room.owners,
+                               room.subscription_default, room.owner_default,
+                               {**room.subscriptions, **caps, **left_to_others}, room.owners,
                                due_by=due_by)
             jobs = throttle.settle(caps, jobs, self.writer.give_back)
             span.claimed(job.traceparent for job in jobs)

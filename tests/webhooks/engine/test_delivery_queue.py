@@ -40,9 +40,9 @@ ROOMY = 1000
 """A room no test fills: no cap in the way."""
 
 
-def claim(settings, limit=ROOMY, receiver_room=ROOMY, owner_room=ROOMY, **rooms):
+def claim(settings, limit=ROOMY, subscription_room=ROOMY, owner_room=ROOMY, **rooms):
     """What one ``queue.claim`` leases to this process."""
-    return queue.claim(limit, settings, receiver_room, owner_room, **rooms)
+    return queue.claim(limit, settings, subscription_room, owner_room, **rooms)
 
 
 def answered(status):
@@ -320,7 +320,7 @@ def test_a_claim_racing_another_takes_the_next_due_deliveries_not_nothing(app, r
 
     def claim_and_hold_its_transaction_open():
         with database.connection_context(), database.atomic():
-            claimed.extend(claim(settings, limit=limit, receiver_room=4))
+            claimed.extend(claim(settings, limit=limit, subscription_room=4))
             holding.set()
             release.wait(timeout=60)
     first = threading.Thread(target=claim_and_hold_its_transaction_open)
@@ -329,7 +329,7 @@ def test_a_claim_racing_another_takes_the_next_due_deliveries_not_nothing(app, r
         assert holding.wait(timeout=30)
         # Its leases are not committed yet: this claim cannot see them, and
         # must skip the rows it holds, not give up.
-        racing = claim(settings, limit=limit, receiver_room=4)
+        racing = claim(settings, limit=limit, subscription_room=4)
     finally:
         release.set()
         first.join(timeout=60)
@@ -347,7 +347,7 @@ def per_subscription(jobs):
 
 
 def test_a_claim_lets_owners_take_turns(app, backlog):
-    jobs = claim(settings_of(app), limit=4, receiver_room=2)
+    jobs = claim(settings_of(app), limit=4, subscription_room=2)
 
     # Alice's 30 are the most overdue; Bob's take every other turn all the same.
     assert per_owner(jobs) == {backlog.alice: 2, backlog.bob: 2}
@@ -355,7 +355,7 @@ def test_a_claim_lets_owners_take_turns(app, backlog):
 
 def test_a_claim_takes_no_more_than_each_receivers_room(app, backlog):
     first, *others = backlog.alice_subscriptions
-    jobs = claim(settings_of(app), receiver_room=2, rooms={first: 1})
+    jobs = claim(settings_of(app), subscription_room=2, rooms={first: 1})
 
     assert per_subscription(jobs) == {first: 1, **dict.fromkeys(others, 2),
                                       backlog.bob_subscription: 2}
@@ -436,7 +436,7 @@ def take_all(slots, owner, subscriptions=range(1000)):
 def test_the_per_receiver_cap_never_exceeds_the_total(total, per_receiver):
     slots = Slots(total, per_receiver)
     assert slots.per_receiver == min(per_receiver, total)
-    assert slots.room().receiver_default <= total
+    assert slots.room().subscription_default <= total
     taken = 0
     while taken < 200 and slots.try_take(job_of(taken, "the one receiver")):
         taken += 1  # a new owner each time: only the receiver's cap stops it
@@ -504,9 +504,9 @@ def test_a_receivers_slots_and_its_owners_free_as_attempts_end():
     slots = Slots(4, 2)
     jobs = [job_of("a", "r"), job_of("a", "r"), job_of("a", "r")]
     assert [slots.try_take(job) for job in jobs] == [True, True, False]
-    assert slots.room().receivers == {"r": 0}
+    assert slots.room().subscriptions == {"r": 0}
     slots.release(jobs[0])
-    assert slots.room().receivers == {"r": 1} and slots.try_take(jobs[2])
+    assert slots.room().subscriptions == {"r": 1} and slots.try_take(jobs[2])
     assert slots.held() == 2
 
 
@@ -529,13 +529,13 @@ def waiting_job_of(owner, subscription, lease_left=True):
 
 def test_a_worker_claims_twice_its_slots_more_to_wait_for_one():
     slots = Slots(4, 2, ahead=True)
-    assert (slots.room().free, slots.room().receiver_default) == (12, 6)
+    assert (slots.room().free, slots.room().subscription_default) == (12, 6)
     assert slots.room(for_waiting=False).free == 4
     jobs = [waiting_job_of("a", "r") for _ in range(7)]
     assert [slots.try_take(job) for job in jobs[:3]] == [True, True, False]
     assert [slots.wait(job) for job in jobs[2:]] == [True] * 4 + [False]  # r's 4 may wait
-    assert slots.room().receivers == {"r": 0} and slots.room().free == 6
-    assert slots.room(for_waiting=False).receivers == {"r": 0}
+    assert slots.room().subscriptions == {"r": 0} and slots.room().free == 6
+    assert slots.room(for_waiting=False).subscriptions == {"r": 0}
     assert slots.waiting_per_receiver == 4
 
 

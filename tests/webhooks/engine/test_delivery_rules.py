@@ -123,16 +123,16 @@ def test_an_open_breaker_gets_one_its_probe():
 
 @given(st.lists(st.tuples(st.integers(1, 6), st.integers(0, 3), st.booleans()), max_size=60),
        st.integers(0, 30), st.integers(0, 5), st.integers(0, 8))
-def test_a_claims_shares_respect_every_cap(candidates, limit, receiver_room, owner_room):
+def test_a_claims_shares_respect_every_cap(candidates, limit, subscription_room, owner_room):
     # a subscription's breaker and owner are the same in every candidate of it
     first = {sub: (owner, broken) for sub, owner, broken in reversed(candidates)}
     candidates = [(sub, *first[sub]) for sub, _, _ in candidates]
-    shares = rules.fair_shares(candidates, limit, receiver_room, owner_room)
+    shares = rules.fair_shares(candidates, limit, subscription_room, owner_room)
     assert sum(shares.values()) <= limit
     per_owner = {}
     for sub, taken in shares.items():
         owner, broken = first[sub]
-        assert taken <= (1 if broken else receiver_room)
+        assert taken <= (1 if broken else subscription_room)
         assert taken <= sum(1 for c in candidates if c[0] == sub)
         per_owner[owner] = per_owner.get(owner, 0) + taken
     assert all(taken <= owner_room for taken in per_owner.values())

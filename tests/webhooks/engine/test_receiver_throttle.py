@@ -70,8 +70,8 @@ def test_a_claim_leaves_a_throttled_receivers_deliveries_waiting_without_an_atte
     settings = settings_of(app)
     room = Slots(settings.worker_threads, settings.sends_per_receiver).room()
     caps = throttle.take_for_claim(room, 50)
-    jobs = queue.claim(50, settings, room.receiver_default, room.owner_default,
-                       {**room.receivers, **caps}, room.owners)
+    jobs = queue.claim(50, settings, room.subscription_default, room.owner_default,
+                       {**room.subscriptions, **caps}, room.owners)
     kept = throttle.settle(caps, jobs, lambda job: queue.give_back([job]))
 
     assert caps[limited] <= 1
@@ -166,8 +166,8 @@ def test_an_open_breakers_probe_waits_for_a_token_too(app, client, alice, make_r
     settings = settings_of(app)
     room = Slots(settings.worker_threads, settings.sends_per_receiver).room()
     caps = throttle.take_for_claim(room, 50)
-    jobs = queue.claim(50, settings, room.receiver_default, room.owner_default,
-                       {**room.receivers, **caps}, room.owners)
+    jobs = queue.claim(50, settings, room.subscription_default, room.owner_default,
+                       {**room.subscriptions, **caps}, room.owners)
     given_back = []
     kept = throttle.settle(caps, jobs, given_back.append)
 
