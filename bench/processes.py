@@ -12,8 +12,8 @@ mean of its workers' in the least balanced run.
 """
 import os
 
+import contest
 import load
-import run
 import seed
 import servers
 
@@ -34,18 +34,18 @@ def measure_processes(runner, backend, workloads, rounds, yardsticks, counts, wo
                       started):
     """{processes: {workload title: {name: Summary}}} for each of ``counts``."""
     servers_of = {"plantstore": lambda url, name, workers: servers.plantstore(
-        url, workdir, run.VENV_BIN, name=name, workers=workers)}
+        url, workdir, contest.VENV_BIN, name=name, workers=workers)}
     if yardsticks:
-        run.ensure_bench_venv()
+        contest.ensure_bench_venv()
         servers_of["ceiling"] = lambda url, name, workers: servers.ceiling(
-            yardsticks, url, workdir, run.VENV_BIN, name=name, workers=workers)
+            yardsticks, url, workdir, contest.VENV_BIN, name=name, workers=workers)
         servers_of["fastapi-peer"] = lambda url, name, workers: servers.peer(
-            yardsticks, url, workdir, run.BENCH_VENV_BIN, name=name, workers=workers)
+            yardsticks, url, workdir, contest.BENCH_VENV_BIN, name=name, workers=workers)
     databases = {}
     for name in servers_of:
         url = backend.url(f"processes-{name.replace('-', '_')}")
-        token = (seed.seed_plantstore(url, run.PLANTS) if name == "plantstore" else
-                 seed.seed_yardstick(yardsticks / "ceiling.py", url, run.PLANTS))
+        token = (seed.seed_plantstore(url, contest.PLANTS) if name == "plantstore" else
+                 seed.seed_yardstick(yardsticks / "ceiling.py", url, contest.PLANTS))
         databases[name] = (url, token)
     table = {}
     for workers in counts:
@@ -54,9 +54,9 @@ def measure_processes(runner, backend, workloads, rounds, yardsticks, counts, wo
         try:
             for name, make in servers_of.items():
                 url, token = databases[name]
-                server = run.start(make(url, f"{name}-{workers}p", workers), started)
-                contenders.append(run.Contender(name, server, token, url))
-            table[workers] = run.compare(runner, contenders, rounds, workloads,
+                server = contest.start(make(url, f"{name}-{workers}p", workers), started)
+                contenders.append(contest.Contender(name, server, token, url))
+            table[workers] = contest.compare(runner, contenders, rounds, workloads,
                                          connections=load.CONNECTIONS * workers)
         finally:
             for contender in contenders:

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import requests
 
+import contest
 import cpu
 import seed
 import servers
@@ -177,8 +178,7 @@ def measure_fuse(runner, workdir, started, venv_bin, seconds):
 
 
 def _contender(server, token):
-    import run
-    return run.Contender(server.name, server, token)
+    return contest.Contender(server.name, server, token)
 
 
 def _cpu_seconds(processes):
