@@ -83,7 +83,7 @@ test-postgres: install-test
 # make test-fleet FLEET_ONLY=clock_skew. FLEET_REPORT=PATH writes the run's
 # figures there as a page (docs/fleet-run.md is one). The upgrade scenario
 # (FLEET_ONLY=upgrade) starts from FLEET_UPGRADE_FROM, a git ref of this
-# repository (default 0f27e5e). See docs/scaling.md. The whole run took 9
+# repository (default ee73b61, the release before). See docs/scaling.md. The whole run took 9
 # minutes on two cores at a load average of 14; the time limit stops a hung run.
 test-fleet: install-test
 	timeout --signal=INT --kill-after=30 1200 $(BIN)/pytest -s -p no:cacheprovider \

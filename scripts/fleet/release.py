@@ -19,10 +19,11 @@ from pathlib import Path
 
 from .processes import REPO, run
 
-PREVIOUS_RELEASE = os.environ.get("FLEET_UPGRADE_FROM", "0f27e5e")
+PREVIOUS_RELEASE = os.environ.get("FLEET_UPGRADE_FROM", "ee73b61")
 """The release the upgrade scenario starts from (``FLEET_UPGRADE_FROM``, a
-git ref of this repository): by default the commit before the versioned
-delivery functions."""
+git ref of this repository): by default the release before this one, its
+own upgrade finished (0013 applied: this release's expand migrations come
+after it, docs/scaling.md)."""
 RELEASE_DIR_PREFIX, OWNER = "plantstore-release-", "owner.pid"
 """A materialised release lives in a temporary directory named so, holding
 the pid of the run that made it: one whose run has ended is removed. (Not
