@@ -8,10 +8,11 @@
 -- share is taken most overdue first, skipping rows another claim holds
 -- (never waiting for them: the next due rows take their place). A
 -- subscription whose breaker is open is leased only if this claim reserves
--- its next probe (one claim gets it). Unlike v2 it never waits for a
--- subscription's row: a probe whose row another transaction holds (an
--- outcome batch, a DELETE, both of which lock subscriptions before
--- deliveries) is left for a later claim, so no deadlock can form.
+-- its next probe (one claim gets it). Unlike v2, the probes are reserved
+-- first, their rows locked in id order, before any delivery row (the one
+-- lock order of docs/webhooks-isolation.md): v2 locked deliveries, then
+-- waited for a subscription's row that an outcome batch or a DELETE held
+-- while it waited for those deliveries.
 CREATE FUNCTION plantstore_claim_v3(
     _subscription_ids int[], _shares int[], _due_by timestamp,
     _cooldown float8, _lease_seconds float8)
@@ -19,12 +20,27 @@ RETURNS SETOF plantstore_job
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
+    _probes int[];
     _leased bigint[];
 BEGIN
+WITH probe AS (
+    UPDATE subscription s
+    SET breaker_probe_at = (now() AT TIME ZONE 'UTC') + _cooldown * interval '1 second'
+    WHERE s.id IN (
+        SELECT p.id FROM subscription p
+        WHERE p.id = ANY(_subscription_ids)
+          AND p.breaker_opened_at IS NOT NULL
+          AND p.breaker_probe_at <= (now() AT TIME ZONE 'UTC')
+        ORDER BY p.id
+        FOR NO KEY UPDATE)
+      AND s.breaker_probe_at <= (now() AT TIME ZONE 'UTC')
+    RETURNING s.id
+)
+SELECT array_agg(id) INTO _probes FROM probe;
 WITH share (subscription_id, taken) AS (
     SELECT * FROM unnest(_subscription_ids, _shares)
 ), locked AS (
-    SELECT mine.id, share.subscription_id FROM share
+    SELECT mine.id FROM share
     CROSS JOIN LATERAL (
         SELECT d.id FROM delivery d
         WHERE d.subscription_id = share.subscription_id AND d.status = 'pending'
@@ -34,16 +50,6 @@ WITH share (subscription_id, taken) AS (
         LIMIT share.taken
         FOR UPDATE SKIP LOCKED
     ) mine
-), probe AS (  -- never waiting for a subscription's row (docs/webhooks-isolation.md)
-    UPDATE subscription s
-    SET breaker_probe_at = (now() AT TIME ZONE 'UTC') + _cooldown * interval '1 second'
-    WHERE s.id IN (
-        SELECT p.id FROM subscription p
-        WHERE p.id IN (SELECT subscription_id FROM locked)
-          AND p.breaker_opened_at IS NOT NULL
-          AND p.breaker_probe_at <= (now() AT TIME ZONE 'UTC')
-        FOR NO KEY UPDATE SKIP LOCKED)
-    RETURNING s.id
 ), leased AS (
     UPDATE delivery d
     SET lease = d.lease + 1,
@@ -51,7 +57,7 @@ WITH share (subscription_id, taken) AS (
     FROM subscription s
     WHERE d.id = ANY(ARRAY(SELECT id FROM locked))
       AND s.id = d.subscription_id AND s.is_active
-      AND (s.breaker_opened_at IS NULL OR s.id IN (SELECT id FROM probe))
+      AND (s.breaker_opened_at IS NULL OR s.id = ANY(coalesce(_probes, '{}')))
     RETURNING d.id
 )
 SELECT array_agg(id) INTO _leased FROM leased;
