@@ -22,7 +22,7 @@ import logging
 import time
 
 from ... import metrics
-from ...db import DATABASE_FAILURES
+from ...db import DATABASE_FAILURES, database
 from ..engine import queue
 from . import own_trouble, sender
 
@@ -49,18 +49,21 @@ class SubscriptionsNow:
     """The subscriptions' sending settings as this process last read them."""
 
     def __init__(self):
-        self._read = {}  # subscription id -> (time.monotonic() before the read, row or None)
+        # (the bound database, subscription id) -> (time.monotonic() before
+        # the read, row or None)
+        self._read = {}
 
     def of(self, subscription_id):
         """Its row as read at most ``FRESH_SECONDS`` ago (None: it is gone)."""
-        read = self._read.get(subscription_id)
+        key = (id(database.obj), subscription_id)
+        read = self._read.get(key)
         if read is not None and time.monotonic() - read[0] <= FRESH_SECONDS:
             return read[1]
         read_at = time.monotonic()
         row = queue.sending_settings([subscription_id]).get(subscription_id)
         if len(self._read) >= MOST_REMEMBERED:
             self._read.clear()
-        self._read[subscription_id] = (read_at, row)
+        self._read[key] = (read_at, row)
         return row
 
 
