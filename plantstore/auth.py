@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from flask import g, request
 from werkzeug.exceptions import HTTPException
 
-from . import clock
-from .db import Statement, is_sqlite
+from .db import Statement, clock, is_sqlite
 from .errors import error_response
 from .models import Token
 

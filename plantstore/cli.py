@@ -14,11 +14,12 @@ from flask import current_app
 from flask.cli import AppGroup, ScriptInfo
 from peewee import DatabaseError, IntegrityError
 
-from . import clock, db
+from . import db
 from .auth import ALL_SCOPES, issue_token, revoke_token
 from .cli_params import NEW_USER_NAME, ROW_ID, USER_NAME, days
+from .db import clock
+from .db.migration_runner import UpgradeError
 from .logs import configure_process_logging
-from .migration_runner import UpgradeError
 from .models import Token, User
 from .settings import SettingError
 from .webhooks.commands.deliveries import deliveries_cli, worker_cli

@@ -12,8 +12,7 @@ from flask import current_app, json, request
 from peewee import DatabaseError, DataError
 from werkzeug.exceptions import HTTPException, InternalServerError
 
-from . import database_faults
-from .db import DATABASE_FAILURES, database, is_unavailable
+from .db import DATABASE_FAILURES, database, faults, is_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -143,11 +142,11 @@ def handle_data_error(error):
 def handle_unexpected_exception(error):
     """Log a bug with its traceback; tell the client only that it happened.
     A database error the schema explains (older or newer than this release,
-    or none: see ``database_faults``) is a 503 logged in one line instead."""
+    or none: see ``db.faults``) is a 503 logged in one line instead."""
     if isinstance(error, HTTPException):
         return handle_http_exception(error)
     if isinstance(error, DatabaseError):
-        fault = database_faults.schema_fault()
+        fault = faults.schema_fault()
         if fault:
             log.warning("database unavailable: %s (%s)", fault,
                         (str(error).strip().splitlines() or [type(error).__name__])[0])

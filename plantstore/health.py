@@ -1,8 +1,7 @@
 """Liveness and readiness probes: no token, no database for liveness."""
 from flask import Blueprint
 
-from . import database_faults
-from .db import database, is_sqlite
+from .db import database, faults, is_sqlite
 from .errors import database_unavailable_response
 
 blp = Blueprint("health", __name__)
@@ -24,15 +23,15 @@ def readyz():
     begin: the instance can take traffic. A fault is logged (one line) when
     it starts and when it ends."""
     try:
-        fault = database_faults.find()
+        fault = faults.find()
         if fault is None and is_sqlite() \
                 and not database.obj.writes_get_through(WRITE_PROBE_SECONDS):
             fault = "no write could begin within the write wait (a writer holds its turn)"
-        message = fault and f"Not ready: {database_faults.public(fault)}."
+        message = fault and f"Not ready: {faults.public(fault)}."
     except Exception as error:  # any driver error means "not ready", never a 500
         fault = (str(error).strip().splitlines() or [type(error).__name__])[0]
         message = None  # a driver's words may name hosts: in the log only
-    database_faults.log_once(fault)
+    faults.log_once(fault)
     if fault:
         return (database_unavailable_response(message) if message
                 else database_unavailable_response())

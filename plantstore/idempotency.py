@@ -31,7 +31,7 @@ instead of a second effect. Keys belong to a user and live in the database
   worker runs, deletes such rows in small batches).
 
 On SQLite (one host) write transactions take turns (``BEGIN IMMEDIATE``,
-see ``db.py``), so the transaction holding a key also holds the write lock:
+see ``db``), so the transaction holding a key also holds the write lock:
 a second request with the key waits its turn, like any write, and then
 finds the stored answer. There is no advisory lock there.
 """
@@ -46,8 +46,7 @@ from flask import current_app, g, make_response, request
 from flask_smorest import abort
 from peewee import EXCLUDED, Select, Value
 
-from . import clock
-from .db import database, is_sqlite
+from .db import clock, database, is_sqlite
 from .models import IdempotencyKey
 
 log = logging.getLogger(__name__)

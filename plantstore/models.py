@@ -117,7 +117,7 @@ class Delivery(BaseModel):
     status = CharField(max_length=16, default=PENDING)
     attempts = IntegerField(default=0)
     next_attempt_at = DateTimeField(default=utcnow)
-    locked_until = DateTimeField(null=True)  # by the database's clock (see clock.py)
+    locked_until = DateTimeField(null=True)  # by the database's clock (see db/clock.py)
     lease = IntegerField(default=0)  # the fence, bumped by every claim (webhooks/engine/queue.py)
     traceparent = TextField(null=True)  # the W3C trace context of the create
     last_error = TextField(null=True)
@@ -179,7 +179,7 @@ class IdempotencyKey(BaseModel):
     content_type = CharField(max_length=100, null=True)
     body = TextField(null=True)
     created_at = DateTimeField(default=utcnow)
-    expires_at = DateTimeField(index=True)  # by the database's clock (see clock.py)
+    expires_at = DateTimeField(index=True)  # by the database's clock (see db/clock.py)
 
     class Meta:
         indexes = ((("user", "key"), True),)

@@ -201,7 +201,8 @@ def skew_process_clock(monkeypatch, offset):
     """Make this process's clock read ``offset`` (a timedelta) off, like a
     host whose clock is wrong: every plantstore module's name for it
     (``models.utcnow``, ``clock.local_now``) until the test ends."""
-    from plantstore import clock, models
+    from plantstore import models
+    from plantstore.db import clock
     real_clocks = (models.utcnow, clock.local_now)
     real = models.utcnow
 

@@ -44,7 +44,7 @@ import os
 from peewee import DateTimeField, FloatField, IntegerField
 from playhouse.migrate import SqliteMigrator
 
-from plantstore.migration_runner import giving_way
+from plantstore.db.migration_runner import giving_way
 
 atomic = False  # one transaction per table (see above)
 

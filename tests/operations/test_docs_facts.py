@@ -31,9 +31,8 @@ def test_the_code_map_names_existing_modules_and_the_migrations_runner_where_it_
         for module in re.findall(r"`([^`]+)`", modules):
             decides[module] = what
             assert (REPO / "plantstore" / module).exists(), module
-    assert "migrations runner" in decides["migration_runner.py"]
-    assert "runner" not in decides["db.py"]
-    assert "class GivingWayRunner" in read("plantstore/migration_runner.py")
+    assert "`migration_runner.py` (the migrations runner" in decides["db/"]
+    assert "class GivingWayRunner" in read("plantstore/db/migration_runner.py")
 
 
 def test_the_install_as_root_needs_no_sudo():

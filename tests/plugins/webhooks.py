@@ -25,8 +25,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from helpers import PLANTSTORE, REPO, wait_until
-from plantstore import clock
-from plantstore.db import database
+from plantstore.db import clock, database
 from plantstore.models import Attempt, Delivery, Plant, User
 from plantstore.webhooks import store_new_plant
 from plantstore.webhooks.engine import queue

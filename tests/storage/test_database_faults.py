@@ -14,8 +14,9 @@ import requests
 from playhouse.migrations import Migration
 
 from helpers import POSTGRES_URL, assert_error, bearer, create_plant, roll_back_after
-from plantstore import create_app, database_faults, db
+from plantstore import create_app, db
 from plantstore.auth import issue_token
+from plantstore.db import faults
 from plantstore.models import Plant, User
 
 SQLITE_ONLY = pytest.mark.skipif(bool(POSTGRES_URL), reason="a SQLite file's fault; the "
@@ -166,7 +167,7 @@ def forget_migration(name):
 def test_a_schema_newer_than_the_code_is_a_503_and_not_ready(app, client, alice, caplog):
     """As after the next release's contract step: a column this release
     writes renamed, by a migration it does not know."""
-    future = "9999_rename_plant_name" + database_faults.CONTRACT_SUFFIX
+    future = "9999_rename_plant_name" + faults.CONTRACT_SUFFIX
     db.database.execute_sql('ALTER TABLE plant RENAME COLUMN name TO title')
     recorded_migration(future)
     try:
@@ -257,7 +258,7 @@ def test_every_after_rollout_migration_is_named_so_that_older_releases_know_it()
     ``_after_rollout`` is how it knows it cannot run beside it (0013, older
     than this rule, is known to every release that reads names)."""
     for migration in Migration.load_directory(db.MIGRATIONS_DIR):
-        named = migration.name.endswith(database_faults.CONTRACT_SUFFIX) \
+        named = migration.name.endswith(faults.CONTRACT_SUFFIX) \
             or migration.name == "0013_bigint_ids"
         assert getattr(migration.load(), "AFTER_ROLLOUT", False) == named, migration.name
 

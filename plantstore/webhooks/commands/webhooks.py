@@ -12,9 +12,8 @@ import click
 from flask import current_app
 from flask.cli import AppGroup
 
-from ... import clock
 from ...cli_params import ROW_ID
-from ...db import database
+from ...db import clock, database
 from ...encryption import seal
 from ...logs import one_line
 from ...models import Delivery, Subscription

@@ -15,8 +15,7 @@ import logging
 import threading
 import time
 
-from ... import clock
-from ...db import DATABASE_FAILURES, database
+from ...db import DATABASE_FAILURES, clock, database
 from ...models import Delivery, Subscription
 
 log = logging.getLogger(__name__)

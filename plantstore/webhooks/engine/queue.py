@@ -26,8 +26,8 @@ import contextlib
 import logging
 import time
 
-from ... import clock, metrics
-from ...db import database
+from ... import metrics
+from ...db import clock, database
 from ...models import Delivery
 from . import backlog, rules, store
 from .job import LEASE_MARGIN_SECONDS, Job  # noqa: F401 (part of the queue's face)

@@ -33,8 +33,8 @@ delivery store keeps the buckets (``store.DeliveryStore``'s ``throttle_*``).
 """
 import collections
 
-from ... import clock, metrics
-from ...db import database
+from ... import metrics
+from ...db import clock, database
 from . import backlog, store
 
 

@@ -21,7 +21,7 @@ import time
 
 import requests
 
-from ...clock import local_now
+from ...db.clock import local_now
 from ...encryption import SecretUnreadable, reveal
 from ..engine.receiver_text import EXCERPT_CHARS, storable
 from ..subscriptions.secrets import signing_secrets

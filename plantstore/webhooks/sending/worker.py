@@ -27,8 +27,7 @@ import random
 import threading
 import time
 
-from ... import clock, database_faults
-from ...db import database, is_unavailable
+from ...db import clock, database, faults, is_unavailable
 from ..engine import queue, throttle
 from . import own_trouble, spans
 from .attempt import FINISH_MARGIN_SECONDS, attempt_and_put
@@ -214,7 +213,7 @@ class Worker:
         if is_unavailable(error):
             trouble, detail = "unavailable", (str(error).strip().splitlines() or [""])[0]
         else:
-            trouble = detail = database_faults.schema_fault()
+            trouble = detail = faults.schema_fault()
         if trouble is None:
             log.error("webhook worker: claiming deliveries failed; retrying after the "
                       "poll interval", exc_info=error)

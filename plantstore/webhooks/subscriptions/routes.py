@@ -7,10 +7,9 @@ import re
 from flask import current_app, g, request
 from flask_smorest import abort
 
-from ... import clock
 from ...api import Blueprint, json_response, no_content
 from ...auth import WEBHOOKS_READ, WEBHOOKS_WRITE
-from ...db import database, for_update
+from ...db import clock, database, for_update
 from ...encryption import seal
 from ...models import Attempt, Delivery, Subscription, User
 from ..config import settings_of

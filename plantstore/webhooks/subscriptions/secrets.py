@@ -17,8 +17,7 @@ import dataclasses
 import datetime
 import json
 
-from ... import clock
-from ...db import database, for_update
+from ...db import clock, database, for_update
 from ...encryption import reveal, seal
 from ...models import Subscription
 from ..sending.signing import new_secret

@@ -17,7 +17,7 @@ from peewee import DatabaseError
 
 from ... import encryption
 from ...db import database, is_sqlite
-from ...migration_runner import sqlstate
+from ...db.migration_runner import sqlstate
 from ...models import Subscription
 from ...settings import SettingError
 

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from plantstore import clock, create_app, db
+from plantstore import create_app, db
+from plantstore.db import clock
 from plantstore.models import Delivery, Subscription
 from plantstore.webhooks.engine import backlog
 

@@ -20,8 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers import POSTGRES_URL, plantstore_env, wait_until, wall_clock_off
-from plantstore import clock
-from plantstore.db import database
+from plantstore.db import clock, database
 from plantstore.models import Attempt, Delivery, Subscription, User
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue

@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from plantstore import clock
+from plantstore.db import clock
 from plantstore.models import Attempt, Delivery, Subscription, User
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import rules, store

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from helpers import bearer, create_plant, plantstore_env, wait_until
-from plantstore import clock
+from plantstore.db import clock
 from plantstore.models import Attempt, Delivery, Subscription
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue, throttle

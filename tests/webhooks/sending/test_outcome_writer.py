@@ -2,8 +2,7 @@
 poison, and a bounded backlog the worker waits on before it claims more."""
 import threading
 
-from plantstore import clock
-from plantstore.db import database, is_sqlite
+from plantstore.db import clock, database, is_sqlite
 from plantstore.models import Attempt, Delivery
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue

@@ -12,7 +12,7 @@ import signal
 import pytest
 
 from helpers import plantstore_env, wait_until
-from plantstore import clock
+from plantstore.db import clock
 from plantstore.models import Delivery
 from plugins.webhooks import Answer, overlapping_sends, sleep_until, store_plants, subscribe
 

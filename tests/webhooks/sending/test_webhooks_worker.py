@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from helpers import create_plant, free_port, plantstore_env, run_plantstore, wait_until
-from plantstore import clock
+from plantstore.db import clock
 from plantstore.gunicorn import finish_webhook_attempts
 from plantstore.models import Attempt, Delivery, Plant, Subscription
 from plantstore.webhooks.config import settings_of, web_sender_of

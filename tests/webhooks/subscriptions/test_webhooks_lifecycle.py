@@ -23,7 +23,8 @@ from helpers import (
     wait_until,
     wall_clock_off,
 )
-from plantstore import clock, db
+from plantstore import db
+from plantstore.db import clock
 from plantstore.models import Attempt, Delivery, Subscription, utcnow
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue

@@ -2,10 +2,10 @@
 
 Simpler than PostgreSQL's where one host allows it, as Oban's lite engine
 is: a claim reads its candidates and leases its shares inside one write
-transaction (``BEGIN IMMEDIATE``, taken in turns: see ``db.py``), so no
+transaction (``BEGIN IMMEDIATE``, taken in turns: see ``db``), so no
 other claim runs meanwhile and nothing needs skipping; a breaker's state is
 read in the outcome batch's transaction, which no other writer can enter.
-Times are the process's clock (the host's: see ``clock.py``), passed in.
+Times are the process's clock (the host's: see ``db/clock.py``), passed in.
 Its statements are the named queries of ``webhooks/engine/store/sqlite.sql``; the
 throttle's buckets are refilled and taken by ``rules``' bucket rule, here.
 """
@@ -13,8 +13,7 @@ import datetime
 import json
 import os
 
-from .... import clock
-from ....db import database
+from ....db import clock, database
 from ....named_sql import Queries
 from .. import rules
 from ..rules import BreakerState

@@ -13,15 +13,15 @@ import peewee
 from peewee import DatabaseProxy, InterfaceError, OperationalError, SqliteDatabase
 from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase
 
+from ..settings import SettingError
 from .migration_runner import GivingWayRunner, upgrading
-from .settings import SettingError
 from .sqlite_turns import DEFAULT_WRITE_WAIT_SECONDS, FILE_REPLACED, TurnTakingSqliteDatabase
 
 log = logging.getLogger(__name__)
 
 database = DatabaseProxy()
 
-MIGRATIONS_DIR = os.path.join(os.path.dirname(__file__), "migrations")
+MIGRATIONS_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "migrations")
 
 # WAL lets readers run beside one writer; the busy timeout (the write wait,
 # set per database) makes a writer wait for the lock instead of failing with
@@ -199,7 +199,7 @@ def init_database(app):
 
 def migration_runner(watch=None):
     """The migration runner for the package's numbered scripts (it gives way
-    to the live service on PostgreSQL: see ``migration_runner``)."""
+    to the live service on PostgreSQL: see ``db.migration_runner``)."""
     return GivingWayRunner(database, directory=MIGRATIONS_DIR, watch=watch)
 
 
@@ -221,7 +221,7 @@ and the names of those ``--expand`` left for after the rollout."""
 
 def upgrade(expand=False, say=log.info):
     """Apply every pending migration, one upgrade of the database at a time
-    (``migration_runner.upgrading``: waiting for another, blocked migrations
+    (``db.migration_runner.upgrading``: waiting for another, blocked migrations
     and why are told through ``say``); an ``Upgraded``.
 
     With ``expand``, stop before the first pending migration marked

@@ -21,8 +21,7 @@ import os
 
 from playhouse.migrations import Migration
 
-from . import db
-from .db import MIGRATIONS_DIR, database, is_sqlite
+from . import MIGRATIONS_DIR, database, is_sqlite, missing_migrations
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ def schema_problem(strict=False):
         return (f"the database schema is newer than this release: it holds "
                 f"{', '.join(unknown)}, which this release does not know: run the "
                 "release that applied it")
-    needed = db.missing_migrations()
+    needed = missing_migrations()
     if needed:
         return (f"the database schema is older than this release: {', '.join(needed)} "
                 "not applied: run `plantstore db upgrade`")

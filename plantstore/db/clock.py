@@ -17,7 +17,7 @@ import datetime
 
 from peewee import SQL
 
-from .db import DATABASE_NOW, database, is_sqlite
+from . import DATABASE_NOW, database, is_sqlite
 
 POSTGRES_NOW = DATABASE_NOW["postgresql"]
 
