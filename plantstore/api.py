@@ -73,13 +73,13 @@ class Blueprint(flask_smorest.Blueprint):
             return view
         return decorate
 
-    def login_required(self, scope, checked_by_write=False):
+    def login_required(self, scope, checked_by_write=None):
         """A valid bearer token with ``scope``, else 401/403; all three documented
         (the scope as the role OpenAPI 3.1 lets a bearer requirement name).
 
         Put it right under ``route``, so the token is checked before anything
-        about the request is (``checked_by_write``: or by the view's write,
-        see ``auth.require_scope``).
+        about the request is (``checked_by_write``: a function saying, per
+        request, whether the view's write checks it, see ``auth.require_scope``).
         """
         def decorate(view):
             guarded = self.documents_errors(401, 403)(
@@ -102,13 +102,14 @@ class Blueprint(flask_smorest.Blueprint):
             return self.documents_errors(413, 415)(checked)
         return decorate
 
-    def idempotent(self):
+    def idempotent(self, claimed_by_write=None):
         """An optional ``Idempotency-Key`` header (see ``plantstore.idempotency``):
         400 if malformed, 409 while in progress, 422 if reused for another
-        request; all documented. Put it under ``login_required`` and ``json_body``."""
+        request; all documented. Put it under ``login_required`` and ``json_body``.
+        ``claimed_by_write``: see ``idempotency.idempotent``."""
         def decorate(view):
             keyed = self.arguments(IdempotencyKeyHeaderSchema, location="headers",
-                                   as_kwargs=True)(idempotent(view))
+                                   as_kwargs=True)(idempotent(view, claimed_by_write))
             return self.documents_errors(400, 409, 422)(keyed)
         return decorate
 

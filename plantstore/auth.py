@@ -7,9 +7,9 @@ it, and compared with its now in the statement that finds the token, so
 hosts whose clocks disagree agree on which tokens are valid.
 
 A route may leave the token to its write (``require_scope``'s
-``checked_by_write``): on PostgreSQL the create's own statement finds the
-token and writes nothing unless it is valid with the scope, which saves
-every create a round trip to the database.
+``checked_by_write``): where the store can (PostgreSQL), the create's own
+statement finds the token and writes nothing unless it is valid with the
+scope, which saves every create a round trip to the database.
 """
 import functools
 import hashlib
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from flask import g, request
 from werkzeug.exceptions import HTTPException
 
-from .db import Statement, clock, is_sqlite
+from .db import Statement, clock
 from .errors import error_response
 from .models import Token
 
@@ -142,11 +142,12 @@ def _refusal(caller, scope):
     return None
 
 
-def require_scope(scope, checked_by_write=False):
+def require_scope(scope, checked_by_write=None):
     """View decorator: a valid bearer token with ``scope``, else 401/403.
 
-    ``checked_by_write``: on PostgreSQL, unless the token was already looked
-    up (by the rate limiter), the view runs with ``g.caller`` None and its
+    ``checked_by_write``: a function; when it says so for this request (the
+    store's create checks tokens: PostgreSQL), unless the token was already
+    looked up (by the rate limiter), the view runs with ``g.caller`` None and its
     write checks ``token_to_check()``, raising ``TokenRefused`` if it is not
     valid. Any answer but a success looks the token up first, so a request
     whose token is not valid is still answered 401/403 before anything else.
@@ -157,7 +158,7 @@ def require_scope(scope, checked_by_write=False):
             secret = _presented_token()
             if secret is None:
                 return _unauthorized("A bearer token is required.", presented=False)
-            if checked_by_write and secret and "token_caller" not in g and not is_sqlite():
+            if checked_by_write and secret and "token_caller" not in g and checked_by_write():
                 return _checked_by_write(view, scope, secret, args, kwargs)
             caller = authenticated_caller()
             refusal = _refusal(caller, scope)

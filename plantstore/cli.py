@@ -18,7 +18,7 @@ from . import db
 from .auth import ALL_SCOPES, issue_token, revoke_token
 from .cli_params import NEW_USER_NAME, ROW_ID, USER_NAME, days
 from .db import clock
-from .db.migration_runner import UpgradeError
+from .db.runner import UpgradeError
 from .logs import configure_process_logging
 from .models import Token, User
 from .settings import SettingError

@@ -46,7 +46,7 @@ from flask import current_app, g, make_response, request
 from flask_smorest import abort
 from peewee import EXCLUDED, Select, Value
 
-from .db import clock, database, is_sqlite
+from .db import clock, database
 from .models import IdempotencyKey
 
 log = logging.getLogger(__name__)
@@ -217,23 +217,24 @@ def store_answer(row_id, response):
      .where(IdempotencyKey.id == row_id).execute())
 
 
-def idempotent(view):
+def idempotent(view, claimed_by_write=None):
     """Run ``view`` at most once per ``Idempotency-Key`` of the caller.
 
     The view receives the key as the ``idempotency_key`` keyword argument
     from ``IdempotencyKeyHeaderSchema`` (webargs).
     Without a key the view runs as it would without this decorator. With
-    one, on PostgreSQL the view's write must carry ``answering(answer)``
-    (an answer of 2xx without it is a programming error); on SQLite the
-    view runs inside the key's transaction, and an answer that is not a
-    success rolls that transaction back.
+    one, when the function ``claimed_by_write`` says so for this request
+    (the store's create claims keys: PostgreSQL) the view's write must carry
+    ``answering(answer)`` (an answer of 2xx without it is a programming
+    error); otherwise the view runs inside the key's transaction, and an
+    answer that is not a success rolls that transaction back.
     """
     @functools.wraps(view)
     def run(*args, idempotency_key=None, **kwargs):
         if idempotency_key is None:
             return view(*args, **kwargs)
         fingerprint = _fingerprint(args, kwargs)
-        if is_sqlite():
+        if claimed_by_write is None or not claimed_by_write():
             return _run_in_key_transaction(view, args, kwargs, idempotency_key, fingerprint)
         claim = KeyClaim(idempotency_key, fingerprint,
                          current_app.config["IDEMPOTENCY_TTL_HOURS"] * 3600)

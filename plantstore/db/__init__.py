@@ -14,7 +14,7 @@ from peewee import DatabaseProxy, InterfaceError, OperationalError, SqliteDataba
 from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase
 
 from ..settings import SettingError
-from .migration_runner import GivingWayRunner, upgrading
+from .runner import GivingWayRunner, upgrading
 from .sqlite_turns import DEFAULT_WRITE_WAIT_SECONDS, FILE_REPLACED, TurnTakingSqliteDatabase
 
 log = logging.getLogger(__name__)
@@ -199,7 +199,7 @@ def init_database(app):
 
 def migration_runner(watch=None):
     """The migration runner for the package's numbered scripts (it gives way
-    to the live service on PostgreSQL: see ``db.migration_runner``)."""
+    to the live service on PostgreSQL: see ``db.runner``)."""
     return GivingWayRunner(database, directory=MIGRATIONS_DIR, watch=watch)
 
 
@@ -221,7 +221,7 @@ and the names of those ``--expand`` left for after the rollout."""
 
 def upgrade(expand=False, say=log.info):
     """Apply every pending migration, one upgrade of the database at a time
-    (``db.migration_runner.upgrading``: waiting for another, blocked migrations
+    (``db.runner.upgrading``: waiting for another, blocked migrations
     and why are told through ``say``); an ``Upgraded``.
 
     With ``expand``, stop before the first pending migration marked

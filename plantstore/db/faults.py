@@ -29,6 +29,9 @@ CONTRACT_SUFFIX = "_after_rollout"
 """How a migration marked ``AFTER_ROLLOUT`` is named (0013 and those before
 it excepted), so that a node of the release before knows it cannot run beside it."""
 
+WRITE_PROBE_SECONDS = 0.5
+"""SQLite: how long readiness waits to see a write begin (a turn lasts milliseconds)."""
+
 MIN_FREE_BYTES = 1 << 20
 """SQLite: less room than this on the database's file system is a full disk
 (a create appends a few pages to the WAL; a checkpoint copies up to 4 MB)."""
@@ -88,12 +91,18 @@ def disk_problem():
 
 def find():
     """The first fault that keeps the database from serving, as a sentence, or
-    None; the driver's error if the database does not answer."""
+    None; the driver's error if the database does not answer. On SQLite also
+    its file (deleted or replaced), its disk, and whether a write can begin
+    within ``WRITE_PROBE_SECONDS``."""
     if is_sqlite():
         problem = database.obj.file_problem() or disk_problem()
         if problem:
             return problem
-    return schema_problem()
+    problem = schema_problem()
+    if problem is None and is_sqlite() \
+            and not database.obj.writes_get_through(WRITE_PROBE_SECONDS):
+        problem = "no write could begin within the write wait (a writer holds its turn)"
+    return problem
 
 
 def public(fault):

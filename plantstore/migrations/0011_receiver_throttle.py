@@ -30,7 +30,7 @@ writes them) keeps working on this schema during a rolling upgrade.
 Frozen like 0001: the columns are written out here.
 
 On PostgreSQL it changes one table per transaction (``atomic = False``),
-each given way as the runner gives way (``migration_runner.giving_way``):
+each given way as the runner gives way (``db.runner.giving_way``):
 ``subscription``'s columns, then the functions and ``delivery``'s trigger.
 Held in one transaction, the two tables' locks met the service's
 transactions in a deadlock whichever was locked first: a create reads
@@ -44,7 +44,7 @@ import os
 from peewee import DateTimeField, FloatField, IntegerField
 from playhouse.migrate import SqliteMigrator
 
-from plantstore.db.migration_runner import giving_way
+from plantstore.db.runner import giving_way
 
 atomic = False  # one transaction per table (see above)
 

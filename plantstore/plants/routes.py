@@ -63,9 +63,9 @@ def list_plants(limit=None, after=None):
 
 @blp.route("/plants", methods=["POST"])
 @blp.doc(operationId="createPlant")
-@blp.login_required(WRITE, checked_by_write=True)
+@blp.login_required(WRITE, checked_by_write=webhooks.create_checks_caller)
 @blp.json_body(NewPlantSchema, description="Plant to add to the store")
-@blp.idempotent()
+@blp.idempotent(claimed_by_write=webhooks.create_checks_caller)
 @blp.response(200, PlantSchema, description="plant response")
 @blp.documents_errors(409)
 def create_plant(new_plant):
@@ -74,7 +74,7 @@ def create_plant(new_plant):
     The id is chosen by the client and must be unused (409 otherwise). Every
     active webhook subscription is told, at least once.
     """
-    token = token_to_check()  # PostgreSQL: the create's statement checks it
+    token = token_to_check()  # when the create's statement checks it (PostgreSQL)
     plant = Plant(owner=None if token else g.caller.user_id, **new_plant)
     answer = json_response(plant_json(plant.name, plant.tag))
     try:

@@ -18,12 +18,13 @@ from flask import json
 
 from ..db import database
 from .config import settings_of, web_sender_of
+from .engine import store
 from .engine.queue import store_new_plant as _store_new_plant
 from .engine.store import SubscriptionsChanging
 from .sending import spans
 
-__all__ = ["NEW_PLANT_EVENT", "SubscriptionsChanging", "announce", "new_plant_payload",
-           "store_and_announce", "store_new_plant"]
+__all__ = ["NEW_PLANT_EVENT", "SubscriptionsChanging", "announce", "create_checks_caller",
+           "new_plant_payload", "store_and_announce", "store_new_plant"]
 
 NEW_PLANT_EVENT = "plant.created"
 
@@ -34,6 +35,13 @@ def new_plant_payload(plant):
     if plant.tag is not None:
         body["tag"] = plant.tag
     return json.dumps(body)
+
+
+def create_checks_caller():
+    """Whether ``store_new_plant`` itself checks the caller's token and
+    claims its ``Idempotency-Key`` (so the create route leaves both to it):
+    the bound database's store's ``CHECKS_CALLER_IN_WRITE``."""
+    return store.current().CHECKS_CALLER_IN_WRITE
 
 
 def store_new_plant(plant, app, token=None, key_claim=None):

@@ -31,8 +31,8 @@ def test_the_code_map_names_existing_modules_and_the_migrations_runner_where_it_
         for module in re.findall(r"`([^`]+)`", modules):
             decides[module] = what
             assert (REPO / "plantstore" / module).exists(), module
-    assert "`migration_runner.py` (the migrations runner" in decides["db/"]
-    assert "class GivingWayRunner" in read("plantstore/db/migration_runner.py")
+    assert "`runner.py` (the migrations runner" in decides["db/"]
+    assert "class GivingWayRunner" in read("plantstore/db/runner.py")
 
 
 def test_the_install_as_root_needs_no_sudo():

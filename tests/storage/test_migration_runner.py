@@ -1,5 +1,5 @@
 """Migrations give way to the live service on PostgreSQL
-(``plantstore/db/migration_runner.py``): one never deadlocks with a
+(``plantstore/db/runner.py``): one never deadlocks with a
 transaction that holds one of its tables and asks for another, and under
 steady streams of creates and claims an expand upgrade still finishes,
 with every one of them served."""
@@ -12,7 +12,7 @@ import pytest
 from helpers import POSTGRES_URL, roll_back_after, wait_until
 from plantstore import db
 from plantstore.db import database
-from plantstore.db.migration_runner import lock_timeouts_ms
+from plantstore.db.runner import lock_timeouts_ms
 from plantstore.models import Subscription
 
 postgres_only = pytest.mark.skipif(

@@ -15,7 +15,8 @@ import pytest
 
 from helpers import PLANTSTORE, POSTGRES_URL, plantstore_env, wait_until
 from plantstore import db
-from plantstore.db import database, migration_runner
+from plantstore.db import database
+from plantstore.db import runner as migration_runner
 
 postgres_only = pytest.mark.skipif(not POSTGRES_URL, reason="PostgreSQL's locks and sessions")
 sqlite_only = pytest.mark.skipif(bool(POSTGRES_URL), reason="SQLite's database file")

@@ -24,7 +24,7 @@ from helpers import (
     setting,
 )
 from plantstore import encryption
-from plantstore.db import database
+from plantstore.db import database, erasure
 from plantstore.models import Subscription
 from plantstore.settings import SettingError
 from plantstore.webhooks.subscriptions import stored_secrets
@@ -245,7 +245,7 @@ def test_old_values_a_transaction_begun_before_the_rewrite_may_see_are_named_the
         reading = reader.cursor()
         reading.execute("SELECT count(*), pg_backend_pid() FROM plant")
         [(_, pid)] = reading.fetchall()
-        monkeypatch.setattr(stored_secrets, "VACUUM_TRY_FOR_SECONDS", 1)
+        monkeypatch.setattr(erasure, "VACUUM_TRY_FOR_SECONDS", 1)
         encryption.use((KEY_A,))
         stored_secrets.reencrypt()
 

@@ -57,6 +57,12 @@ class DeliveryStore(Protocol):
     row (by ``breaker_states`` with a failure, else by ``write_outcomes``'s
     own statement), the one lock order of docs/webhooks-isolation.md."""
 
+    CHECKS_CALLER_IN_WRITE: bool
+    """Whether ``store_new_plant`` checks the caller's token and claims its
+    ``Idempotency-Key`` in its own statement (PostgreSQL's fast path: no
+    round trip before the write); if not, the caller checks the token and
+    claims the key first, in the transaction the write runs in."""
+
     def claim_transaction(self):
         """A context in which a claim's reads and leases run (SQLite: one
         write transaction; PostgreSQL: none, its lease re-checks each row)."""
