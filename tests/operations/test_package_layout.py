@@ -129,3 +129,17 @@ def test_a_circle_is_found_when_there_is_one(tmp_path):
     (root / "a.py").write_text("from . import b\n")
     (root / "b.py").write_text("from .a import thing\n")
     assert cycle(graph(root)) == ["pkg.a", "pkg.b", "pkg.a"]
+
+
+def test_subscription_rows_are_written_only_through_the_stores():
+    writes = {"create", "insert", "insert_many", "update", "delete", "replace"}
+    allowed = ("plantstore/webhooks/subscriptions/store.py", "plantstore/webhooks/engine/store/",
+               "plantstore/migrations/")
+    writers = set()
+    for path in (REPO / "plantstore").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in writes \
+                    and isinstance(node.value, ast.Name) and node.value.id == "Subscription":
+                writers.add(path.relative_to(REPO).as_posix())
+    assert "plantstore/webhooks/subscriptions/store.py" in writers
+    assert all(writer.startswith(allowed) for writer in writers), writers

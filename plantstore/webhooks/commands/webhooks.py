@@ -13,14 +13,14 @@ from flask import current_app
 from flask.cli import AppGroup
 
 from ...cli_params import ROW_ID
-from ...db import clock, database
-from ...encryption import seal
+from ...db import clock
 from ...logs import one_line
 from ...models import Delivery, Subscription
 from ..config import settings_of
 from ..engine import queue, throttle
 from ..sending import own_trouble, sender, signing
 from ..subscriptions import receivers, secrets
+from ..subscriptions import store as subscription_store
 
 TIME = "%Y-%m-%d %H:%M:%S"
 
@@ -84,11 +84,7 @@ def webhooks_add(url, bearer, rate_limit):
     The signing secret is shown only this once.
     """
     secret = signing.new_secret()
-    with database.atomic():
-        subscription = Subscription.create(url=url, bearer_token=seal(bearer or None),
-                                           secret=seal(secret),
-                                           **throttle.limited(rate_limit),
-                                           created_at=clock.read())
+    subscription = subscription_store.add(None, url, bearer or None, rate_limit, secret)
     click.echo(json.dumps({"id": subscription.id, "url": url, "secret": secret}))
 
 

@@ -9,13 +9,11 @@ from flask_smorest import abort
 
 from ...api import Blueprint, json_response, no_content
 from ...auth import WEBHOOKS_READ, WEBHOOKS_WRITE
-from ...db import clock, database, for_update
-from ...encryption import seal
-from ...models import Attempt, Delivery, Subscription, User
+from ...models import Attempt, Delivery, Subscription
 from ..config import settings_of
-from ..engine import queue, throttle
+from ..engine import queue
 from ..sending import signing, ssrf
-from . import audience, secrets
+from . import audience, secrets, store
 from .schemas import (
     ROW_ID_MAX,
     CreatedSubscriptionSchema,
@@ -97,19 +95,13 @@ def create_subscription(new):
     """
     _check_reachable(new["url"])
     most = current_app.config["WEBHOOK_MAX_PER_USER"]
-    with database.atomic():
-        # one create at a time per user, so the cap holds
-        for_update(User.select(User.id).where(User.id == g.caller.user_id)).execute()
-        held = Subscription.select().where(Subscription.owner == g.caller.user_id).count()
-        if held >= most:
-            abort(409, message=f"You already hold {held} webhook subscriptions, the "
-                               f"most allowed ({most}); delete one first.")
-        secret = signing.new_secret()
-        subscription = Subscription.create(owner=g.caller.user_id, url=new["url"],
-                                           bearer_token=seal(new.get("bearer")),
-                                           secret=seal(secret),
-                                           **throttle.limited(new.get("rate_limit")),
-                                           created_at=clock.read())
+    secret = signing.new_secret()
+    try:
+        subscription = store.add(g.caller.user_id, new["url"], new.get("bearer"),
+                                 new.get("rate_limit"), secret, most=most)
+    except store.TooManySubscriptions as refused:
+        abort(409, message=f"You already hold {refused.held} webhook subscriptions, the "
+                           f"most allowed ({most}); delete one first.")
     subscription.secret = secret  # shown in plain text this once
     return subscription, 201, {"Location": f"{request.script_root}/webhooks/{subscription.id}"}
 
@@ -150,17 +142,7 @@ def update_subscription(changes, id):
     subscription = _own(id)
     if "url" in changes:
         _check_reachable(changes["url"])
-    values = {}
-    if "url" in changes:
-        values["url"] = changes["url"]
-    if "bearer" in changes:
-        values["bearer_token"] = seal(changes["bearer"])
-    if "rate_limit" in changes:
-        values.update(throttle.limited(changes["rate_limit"]))
-    with database.atomic():
-        changed = (Subscription.update(**values)
-                   .where(Subscription.id == subscription.id).execute())
-    if not changed:  # deleted meanwhile
+    if not store.change(subscription.id, **changes):  # deleted meanwhile
         abort(404, message=f"No webhook subscription with id {subscription.id}.")
     return Subscription.get_by_id(subscription.id)
 

@@ -17,10 +17,11 @@ import dataclasses
 import datetime
 import json
 
-from ...db import clock, database, for_update
-from ...encryption import reveal, seal
+from ...db import clock, database
+from ...encryption import reveal
 from ...models import Subscription
 from ..sending.signing import new_secret
+from . import store
 
 MAX_RETIRED_SECRETS = 4
 """Rotated-out secrets that may sign at once (so at most five signatures)."""
@@ -64,10 +65,9 @@ def drop_ended_overlaps():
     for subscription in rotated:
         kept = retired(subscription, now)
         if len(kept) < len(json.loads(subscription.retired_secrets)):
-            changed += (Subscription.update(retired_secrets=_stored(kept))
-                        .where(Subscription.id == subscription.id,
-                               Subscription.retired_secrets == subscription.retired_secrets)
-                        .execute())
+            changed += store.rewrite_if_unchanged(
+                subscription.id, {"retired_secrets": subscription.retired_secrets},
+                {"retired_secrets": _stored(kept)})
     return changed
 
 
@@ -88,9 +88,7 @@ def rotate(subscription_id, overlap_hours):
     with database.atomic():
         now = clock.read()
         expires = now + datetime.timedelta(hours=overlap_hours)
-        # two rotations at once: one after the other
-        subscription = for_update(Subscription.select()
-                                  .where(Subscription.id == subscription_id)).first()
+        subscription = store.locked(subscription_id)  # two rotations: one after the other
         if subscription is None:
             return None
         kept = [(subscription.secret, expires)] + retired(subscription, now)
@@ -99,6 +97,5 @@ def rotate(subscription_id, overlap_hours):
         dropped = max(0, len(kept) - MAX_RETIRED_SECRETS)
         kept = sorted(kept, key=lambda pair: pair[1], reverse=True)[:MAX_RETIRED_SECRETS]
         secret = new_secret()
-        (Subscription.update(secret=seal(secret), retired_secrets=_stored(kept))
-         .where(Subscription.id == subscription_id).execute())
+        store.replace_secret(subscription_id, secret, _stored(kept))
     return Rotation(secret, expires, dropped)

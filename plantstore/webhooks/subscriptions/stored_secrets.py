@@ -16,6 +16,7 @@ from ... import encryption
 from ...db import database, erasure
 from ...models import Subscription
 from ...settings import SettingError
+from . import store
 
 log = logging.getLogger(__name__)
 
@@ -119,10 +120,6 @@ def _resealed(keyring, secret, bearer_token, retired_secrets):
             "retired_secrets": retired}
 
 
-def _unchanged(column, value):
-    return column.is_null() if value is None else column == value
-
-
 def _rewrite(keyring, row):
     """Rewrite one subscription's values if they are still as read: 'rewritten',
     'current', or 'changed' (a rotation or a PATCH came first)."""
@@ -130,12 +127,8 @@ def _rewrite(keyring, row):
     values = _resealed(keyring, secret, bearer_token, retired_secrets)
     if values is None:
         return "current"
-    written = (Subscription.update(**values)
-               .where(Subscription.id == subscription_id,
-                      _unchanged(Subscription.secret, secret),
-                      _unchanged(Subscription.bearer_token, bearer_token),
-                      _unchanged(Subscription.retired_secrets, retired_secrets))
-               .execute())
+    read = {"secret": secret, "bearer_token": bearer_token, "retired_secrets": retired_secrets}
+    written = store.rewrite_if_unchanged(subscription_id, read, values)
     return "rewritten" if written else "changed"
 
 
