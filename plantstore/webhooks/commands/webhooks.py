@@ -1,5 +1,5 @@
 """Operators' commands for webhook receivers: ``plantstore webhooks``, and
-the helpers the delivery commands (``delivery_cli.py``) share.
+the helpers the delivery commands (``deliveries.py``) share.
 
 Output meant for scripts goes to stdout (``webhooks add`` prints one JSON
 object); failures are explained on stderr with a non-zero exit. Every
