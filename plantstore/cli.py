@@ -20,11 +20,12 @@ from .cli_params import NEW_USER_NAME, ROW_ID, USER_NAME, days
 from .db import clock
 from .db.runner import UpgradeError
 from .logs import configure_process_logging
-from .models import Token, User
+from .models import Subscription, Token, User
 from .settings import SettingError
 from .webhooks.commands.deliveries import deliveries_cli, worker_cli
 from .webhooks.commands.keys import keys_cli
 from .webhooks.commands.webhooks import webhooks_cli
+from .webhooks.engine import queue
 
 
 def _find_user(name):
@@ -125,8 +126,13 @@ def users_delete(name):
     """Delete user NAME with their tokens, plants and webhook subscriptions."""
     user = _find_user(name)
     with db.database.atomic():
-        # delete_nullable: a subscription without an owner would be an
-        # operator's, told about every plant.
+        # Each subscription first, as DELETE /webhooks/{id} deletes it (its
+        # row before its deliveries: the one lock order of
+        # docs/webhooks-isolation.md); then the rest. delete_nullable: a
+        # subscription without an owner would be an operator's.
+        for subscription in Subscription.select(Subscription.id).where(
+                Subscription.owner == user.id):
+            queue.delete_subscription(subscription.id)
         user.delete_instance(recursive=True, delete_nullable=True)
     click.echo(f"deleted user {name}")
 
