@@ -58,8 +58,9 @@ LEFT_TO_WORKER = Counter("plantstore_webhook_left_to_worker",
 NOT_SENT = Counter("plantstore_webhook_not_sent",
                    "Deliveries a process gave back unsent for trouble of its own (no "
                    "attempt counted), by reason: no key opens a stored secret, the "
-                   "lease ran out before the request left, changed configuration, an "
-                   "internal error before the first byte.", ["reason"])
+                   "lease ran out before the request left, changed configuration, the "
+                   "database unavailable to read the subscription, an internal error "
+                   "before the first byte.", ["reason"])
 RATE_LIMIT_STORAGE_FAILURES = Counter(
     "plantstore_rate_limit_storage_failures",
     "Requests served without a rate limit because its storage could not be reached.")

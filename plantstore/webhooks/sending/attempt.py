@@ -18,7 +18,6 @@ A job this process cannot send (``own_trouble``) is given back unsent: no
 attempt, no breaker move.
 """
 import dataclasses
-import logging
 import time
 
 from ... import metrics
@@ -26,7 +25,6 @@ from ...db import DATABASE_FAILURES, database
 from ..engine import queue
 from . import own_trouble, sender
 
-log = logging.getLogger(__name__)
 
 FINISH_MARGIN_SECONDS = 10
 """How long past the attempt deadline a stopping process waits for the
@@ -94,9 +92,10 @@ def attempt_and_put(job, settings, writer, context=None, token_taken=False):
     try:
         now = current(job, token_taken)
     except DATABASE_FAILURES as error:
-        log.warning("delivery %s: not sent, its subscription could not be read: %s",
-                    job.delivery_id, error)
-        now = None
+        own_trouble.note(job, own_trouble.NotSent(
+            "database unavailable", f"a subscription could not be read: {error}"))
+        writer.give_back(job)
+        return False
     if now is None:
         metrics.count_not_sent("configuration changed")
         writer.give_back(job)

@@ -3,15 +3,19 @@ key for its subscriptions' secrets (another process re-encrypted them
 under a new key while it ran) gives every job back unsent — no attempt
 counted, no breaker moved, one line said, ``/metrics`` counting — and a
 process that holds the key delivers them all."""
+import dataclasses
 import logging
+import time
 
 import pytest
 from cryptography.fernet import Fernet
 
 from helpers import plantstore_env, run_plantstore
 from plantstore import metrics
+from plantstore.db import database, database_from_url
 from plantstore.models import Attempt, Delivery, Subscription
 from plantstore.webhooks.config import settings_of
+from plantstore.webhooks.sending import attempt
 from plantstore.webhooks.sending.worker import Worker
 from plugins.webhooks import PATIENT_SENDS, Answer, store_plants, verify
 
@@ -76,3 +80,44 @@ def _verifies(secret, received):
     except Exception:
         return False
     return True
+
+
+class GivenBack:
+    """The attempt's outcome writer, recording what it was handed."""
+
+    def __init__(self):
+        self.given_back, self.outcomes = [], []
+
+    def give_back(self, job):
+        self.given_back.append(job)
+
+    def put(self, job, result):
+        self.outcomes.append((job, result))
+
+
+@pytest.mark.app_config(SETTINGS)
+def test_a_job_whose_subscription_cannot_be_read_is_given_back_as_the_databases_trouble(
+        app, runner, alice, caplog):
+    assert runner.invoke(args=["webhooks", "add", "http://127.0.0.1:9/hook"]).exit_code == 0
+    [job] = store_plants(app, [1])
+    stale = dataclasses.replace(job, leased_at=time.monotonic() - 10 * attempt.FRESH_SECONDS)
+    writer = GivenBack()
+    before = {reason: not_sent(reason) for reason in ("database unavailable",
+                                                       "configuration changed")}
+    bound = database.obj
+    database.initialize(database_from_url("sqlite:////nonexistent-directory/plantstore.db"))
+    try:
+        with caplog.at_level(logging.ERROR):
+            for _ in range(3):
+                assert attempt.attempt_and_put(stale, settings_of(app), writer) is False
+    finally:
+        database.initialize(bound)
+
+    assert writer.given_back == [stale] * 3 and writer.outcomes == []
+    assert not_sent("database unavailable") - before["database unavailable"] == 3
+    assert not_sent("configuration changed") == before["configuration changed"]
+    said = [r.getMessage() for r in caplog.records if "gives them back unsent" in r.getMessage()]
+    assert len(said) <= 1  # once per reason and process: maybe said by an earlier test
+    assert all("a subscription could not be read: unable to open database file" in line
+               for line in said)
+    assert Attempt.select().count() == 0
