@@ -5,12 +5,13 @@ The backend is SQLite (a fresh file per test) unless
 ``PLANTSTORE_TEST_DATABASE_URL`` names a PostgreSQL database, which is then
 migrated once per session and emptied before every test.
 
-Shared by several modules, and loaded here as plugins:
+Shared by several folders, and loaded here as plugins:
 ``plugins/servers.py`` (real gunicorn servers), ``plugins/webhooks.py``
-(a webhook receiver, timing settings, outbox helpers) and
-``plugins/pg_cluster.py`` (a throwaway PostgreSQL that counts statements),
-``plugins/stalls.py`` (a create stalled inside its statement).
-``plugins/otlp.py`` is an OTLP trace collector. Plain helpers that
+(a webhook receiver, timing settings, outbox helpers),
+``plugins/stalls.py`` (a create stalled inside its statement) and
+``plugins/local_run.py`` (the service as a newcomer runs it). A folder's
+own fixtures are its ``conftest.py`` (``api/``: a throwaway PostgreSQL
+that counts statements; ``operations/``: an OTLP trace collector). Plain helpers that
 tests call (``bearer``, ``assert_error``, ``wait_until``, ...) are in
 ``helpers.py``.
 """
@@ -24,7 +25,7 @@ from plantstore.auth import ALL_SCOPES, issue_token  # noqa: E402
 from plantstore.models import User  # noqa: E402
 from plantstore.webhooks.config import web_sender_of  # noqa: E402
 
-pytest_plugins = ["plugins.servers", "plugins.webhooks", "plugins.pg_cluster", "plugins.otlp",
+pytest_plugins = ["plugins.servers", "plugins.webhooks",
                   "plugins.stalls", "plugins.local_run"]
 
 
