@@ -1,4 +1,5 @@
-"""The WSGI entry point gunicorn serves: ``gunicorn -c config/gunicorn.conf.py wsgi:app``."""
+"""The WSGI entry point gunicorn serves: ``plantstore web`` runs
+``gunicorn -c config/gunicorn.conf.py wsgi:app``."""
 from plantstore import create_app
 
 app = create_app()

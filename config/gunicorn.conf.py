@@ -1,4 +1,5 @@
-"""gunicorn settings for plantstore: ``gunicorn -c config/gunicorn.conf.py wsgi:app``.
+"""gunicorn settings for plantstore, used by ``plantstore web`` (which checks
+the variables below first, then runs ``gunicorn -c config/gunicorn.conf.py wsgi:app``).
 
 Environment:
   HOST, PORT         where to listen (default 127.0.0.1:8000); GUNICORN_BIND
@@ -36,9 +37,11 @@ if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     os.environ["GUNICORN_OWNED_METRICS_DIR"] = os.environ["PROMETHEUS_MULTIPROC_DIR"]
 try:
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
-except OSError as error:
-    sys.exit(f"Error: PROMETHEUS_MULTIPROC_DIR must be a directory this user can make and "
-             f"write, not {os.environ['PROMETHEUS_MULTIPROC_DIR']!r} ({error.strerror})")
+except OSError as error:  # as plantstore.web_server's check says it, exit status 2
+    print(f"Error: PROMETHEUS_MULTIPROC_DIR must be a directory this user can make and "
+          f"write ({error.strerror}), not {os.environ['PROMETHEUS_MULTIPROC_DIR']!r}",
+          file=sys.stderr)
+    sys.exit(2)
 
 # Imported here, in the master, so post_fork stays instant: a SIGTERM that
 # reaches a worker before gunicorn installs its signal handlers is lost.

@@ -5,8 +5,10 @@
 the app's context, prints what a script needs on stdout and explains a
 failure in one line on stderr with a non-zero exit: 2 for a bad argument, 1
 for anything else (an unusable setting, an unreachable database), never a
-traceback.
+traceback. ``plantstore web`` (``web_server.py``) becomes gunicorn once
+gunicorn's own variables are checked (2 for one it cannot use).
 """
+import os
 import sys
 
 import click
@@ -22,6 +24,7 @@ from .db.runner import UpgradeError
 from .logs import configure_process_logging
 from .models import Subscription, Token, User
 from .settings import SettingError
+from .web_server import refuse_unusable, web_cli
 from .webhooks.commands.deliveries import deliveries_cli, worker_cli
 from .webhooks.commands.keys import keys_cli
 from .webhooks.commands.webhooks import webhooks_cli
@@ -188,7 +191,7 @@ def tokens_revoke(token_id):
 
 
 COMMANDS = (db_cli, users_cli, tokens_cli, webhooks_cli, deliveries_cli, worker_cli,
-            keys_cli)
+            keys_cli, web_cli)
 
 
 def register_commands(app):
@@ -218,7 +221,8 @@ class PlantstoreGroup(click.Group):
 
 cli = click.version_option(package_name="plantstore", prog_name="plantstore")(
     PlantstoreGroup("plantstore", commands=COMMANDS,
-                    help="Operate plantstore: database, users, tokens, webhooks, worker."))
+                    help="Operate plantstore: database, users, tokens, webhooks, worker, "
+                         "web server."))
 
 
 def _first_line(error):
@@ -229,6 +233,7 @@ def _first_line(error):
 def main():
     """Console-script entry point: run a command; every failure is one line."""
     try:
+        refuse_unusable(os.environ, ["LOG_LEVEL"])  # one line, exit 2, not logging's traceback
         configure_process_logging()
         exit_code = cli.main(standalone_mode=False)
     except click.exceptions.Abort:

@@ -18,7 +18,8 @@
   metric files of prometheus_client's multiprocess mode.
 - ``check_configuration``: the master refuses to start, with one line, when
   a ``PLANTSTORE_*`` setting or one of gunicorn's own variables
-  (``SERVER_VARIABLES``) is unusable, or its address is taken.
+  (``SERVER_VARIABLES``, in ``web_server.py``) is unusable, or its address is
+  taken.
 """
 import errno
 import json
@@ -34,12 +35,12 @@ import time
 from flask import Flask
 from gunicorn import glogging, util
 from gunicorn.http.errors import LimitRequestLine
-from gunicorn.workers import SUPPORTED_WORKERS
 from gunicorn.workers.base import Worker
 from prometheus_client import multiprocess
 
 from . import encryption, logs, settings, tracing
 from .db import configured_database, database
+from .web_server import SERVER_VARIABLES, exit_if_unusable, host_and_port
 from .webhooks.config import web_sender_of
 from .webhooks.subscriptions import stored_secrets
 
@@ -219,9 +220,11 @@ def _stop_was_queued(signals):
 def check_configuration():
     """Exit with one line on stderr if a setting (``PLANTSTORE_*``, one of
     ``SERVER_VARIABLES``, or an ``OTEL_*`` one tracing needs) is unusable, or
-    the address to listen on is taken (before binding, before any fork)."""
+    the address to listen on is taken (before binding, before any fork): exit
+    status 2 for one of ``SERVER_VARIABLES`` (``plantstore web`` checks them
+    too, before gunicorn starts), 1 for the rest."""
+    exit_if_unusable(os.environ, SERVER_VARIABLES)  # the server's options: exit status 2
     try:
-        check_server_variables(os.environ)
         values = settings.read()
         configured = configured_database(values)
         tracing.check_configuration()
@@ -229,91 +232,6 @@ def check_configuration():
         check_stored_secrets(values, configured)
     except settings.SettingError as error:
         sys.exit(f"Error: {error}")
-
-
-def _whole_number(minimum, maximum, unit=""):
-    """A check of a whole number of ``unit`` from ``minimum`` to ``maximum``."""
-    def check(raw):
-        if not (raw.isascii() and raw.isdigit() and minimum <= int(raw) <= maximum):
-            return f"must be a whole number{unit} from {minimum} to {maximum}"
-    return check
-
-
-def _log_level(raw):
-    if raw.lower() not in ("debug", "info", "warning", "error", "critical"):
-        return "must be debug, info, warning, error or critical"
-
-
-def _worker_class(raw):
-    try:
-        util.load_class(raw, default="gthread", section="gunicorn.workers")
-    except Exception:  # gunicorn's own error is a traceback in a RuntimeError
-        return (f"must be a gunicorn worker class ({', '.join(SUPPORTED_WORKERS)}; all "
-                "but sync and gthread need their package installed) or a module.Class")
-
-
-def _host(raw):
-    try:
-        socket.getaddrinfo(raw, None, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        return "must be an address or a host name of this machine, e.g. 127.0.0.1 or 0.0.0.0"
-
-
-def _bind(raw):
-    if raw.startswith("unix:"):
-        return _socket_path(raw[len("unix:"):])
-    if raw.startswith("fd://"):
-        return None if raw[len("fd://"):].isdigit() else "must be fd://N with N a number"
-    host, port = _host_and_port(raw)
-    if port is not None and _whole_number(1, 65535)(port):
-        return "must be HOST:PORT with a port from 1 to 65535, unix:PATH or fd://N"
-    return host and _host(host)
-
-
-def _socket_path(raw):
-    if not os.path.isdir(os.path.dirname(os.path.abspath(raw))):
-        return "must be a path in an existing directory"
-
-
-def _host_and_port(bind):
-    """``host:port``, ``[v6]:port`` or ``host`` split (the port None when absent)."""
-    if bind.startswith("["):
-        host, _, rest = bind[1:].partition("]")
-        return host, rest[1:] if rest.startswith(":") else None
-    host, colon, port = bind.rpartition(":")
-    return (host, port) if colon else (bind, None)
-
-
-SERVER_VARIABLES = {
-    "HOST": _host,
-    "PORT": _whole_number(1, 65535),
-    "GUNICORN_BIND": _bind,
-    "WEB_CONCURRENCY": _whole_number(1, 1000),
-    "GUNICORN_WORKER_CLASS": _worker_class,
-    "GUNICORN_THREADS": _whole_number(1, 1000),
-    "GUNICORN_TIMEOUT": _whole_number(0, 86400, " of seconds"),
-    "GUNICORN_GRACEFUL_TIMEOUT": _whole_number(0, 86400, " of seconds"),
-    "LOG_LEVEL": _log_level,
-    "GUNICORN_CONTROL_SOCKET": _socket_path,
-}
-"""The variables of docs/operating.md's gunicorn table that config/gunicorn.conf.py
-reads (``PROMETHEUS_MULTIPROC_DIR`` is checked there, before any import), each
-with a check that says what it accepts (None when it is fine)."""
-
-OFF_WHEN_EMPTY = ("GUNICORN_BIND", "GUNICORN_CONTROL_SOCKET")
-"""Those of them an empty value leaves unset."""
-
-
-def check_server_variables(environ):
-    """``SettingError`` naming the first of ``SERVER_VARIABLES`` set to a value
-    gunicorn cannot use, and what it accepts."""
-    for name, check in SERVER_VARIABLES.items():
-        raw = environ.get(name)
-        if raw is None or (raw == "" and name in OFF_WHEN_EMPTY):
-            continue
-        problem = check(raw)
-        if problem:
-            raise settings.SettingError(f"{name} {problem}, not {raw!r}")
 
 
 _address_checked = False
@@ -332,7 +250,7 @@ def check_address_free(environ):
     if bind and (bind.startswith(("unix:", "fd://"))):
         return
     if bind:
-        host, port = _host_and_port(bind)
+        host, port = host_and_port(bind)
         where, change = f"GUNICORN_BIND {bind}", "another GUNICORN_BIND"
     else:
         host, port = environ.get("HOST", "127.0.0.1"), environ.get("PORT", "8000")

@@ -35,14 +35,16 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from .web_server import exit_if_unusable
+
 UNMATCHED_ROUTE = "<unmatched>"
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 # prometheus_client writes this process's counts into that directory as soon
 # as a metric exists; a directory removed meanwhile (a stopped server's)
-# must not make every command fail.
-if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+# must not make every command fail, and one that cannot be made stops the
+# process (this import, before any command runs) with one line, exit 2.
+exit_if_unusable(os.environ, ["PROMETHEUS_MULTIPROC_DIR"])
 
 REQUESTS = Counter("plantstore_http_requests",
                    "HTTP requests answered, by route template, method and status.",

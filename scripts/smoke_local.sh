@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make smoke` / `make smoke-nginx`: start a throwaway plantstore and smoke it.
 #
-#   scripts/smoke_local.sh           gunicorn on a free loopback port
+#   scripts/smoke_local.sh           `plantstore web` (gunicorn) on a free loopback port
 #   scripts/smoke_local.sh --nginx   the same behind a real nginx using
 #                                    config/nginx/plantstore.conf
 #
@@ -72,7 +72,7 @@ PORT=$(free_port)
 TRUSTED=0
 [ $NGINX = 1 ] && TRUSTED=1
 PORT=$PORT HOST=127.0.0.1 WEB_CONCURRENCY=2 PLANTSTORE_TRUSTED_PROXIES=$TRUSTED \
-    "$BIN/gunicorn" -c config/gunicorn.conf.py wsgi:app \
+    "$BIN/plantstore" web \
     > "$WORK/gunicorn-access.log" 2> "$WORK/gunicorn.log" &
 GUNICORN_PID=$!
 PIDS+=($GUNICORN_PID)

@@ -69,14 +69,14 @@ class Gunicorn:
 
 class SplitGunicorn(Gunicorn):
     """A Gunicorn whose stdout and stderr are kept apart, started as operators
-    do, by its console script (``python -m gunicorn`` cannot re-exec itself
-    on USR2: its package directory would shadow the standard library)."""
+    do, by ``plantstore web``, which becomes gunicorn's console script
+    (``python -m gunicorn`` cannot re-exec itself on USR2: its package
+    directory would shadow the standard library)."""
 
     def start(self):
         self.stdout = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            [str(Path(sys.executable).with_name("gunicorn")),
-             "-c", "config/gunicorn.conf.py", "wsgi:app"],
+            [str(Path(sys.executable).with_name("plantstore")), "web"],
             cwd=REPO, env=self.env, stdout=self.stdout, stderr=self.log,
             start_new_session=True)
         wait_until_up(self.url + "/healthz", self.process)
