@@ -25,7 +25,6 @@ from ...db import DATABASE_FAILURES, database
 from ..engine import queue
 from . import own_trouble, sender
 
-
 FINISH_MARGIN_SECONDS = 10
 """How long past the attempt deadline a stopping process waits for the
 outcomes of its last attempts to be written."""
