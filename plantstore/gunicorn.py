@@ -222,16 +222,21 @@ def check_configuration():
     ``SERVER_VARIABLES``, or an ``OTEL_*`` one tracing needs) is unusable, or
     the address to listen on is taken (before binding, before any fork): exit
     status 2 for one of ``SERVER_VARIABLES`` (``plantstore web`` checks them
-    too, before gunicorn starts), 1 for the rest."""
-    exit_if_unusable(os.environ, SERVER_VARIABLES)  # the server's options: exit status 2
+    too, before gunicorn starts), 1 for the rest. A refused start leaves no
+    metrics directory of its own behind."""
     try:
-        values = settings.read()
-        configured = configured_database(values)
-        tracing.check_configuration()
-        check_address_free(os.environ)
-        check_stored_secrets(values, configured)
-    except settings.SettingError as error:
-        sys.exit(f"Error: {error}")
+        exit_if_unusable(os.environ, SERVER_VARIABLES)  # the server's options: exit status 2
+        try:
+            values = settings.read()
+            configured = configured_database(values)
+            tracing.check_configuration()
+            check_address_free(os.environ)
+            check_stored_secrets(values, configured)
+        except settings.SettingError as error:
+            sys.exit(f"Error: {error}")
+    except SystemExit:
+        _remove_owned_metrics_dir()
+        raise
 
 
 _address_checked = False
@@ -333,6 +338,10 @@ def remove_owned_metrics_dir(server):
     A master started by a USR2 upgrade gets the original environment, so it
     makes (and later removes) its own directory: this one is nobody else's.
     """
+    _remove_owned_metrics_dir()
+
+
+def _remove_owned_metrics_dir():
     owned = os.environ.get("GUNICORN_OWNED_METRICS_DIR")
     if owned and owned == os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         shutil.rmtree(owned, ignore_errors=True)

@@ -141,6 +141,22 @@ def test_the_images_web_and_gunicorn_by_hand_refuse_the_same_in_one_line(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("refusal", [{"GUNICORN_THREADS": "0"},
+                                     {"PLANTSTORE_DATABASE_URL": "bogus://x"}],
+                         ids=["server-variable", "plantstore-setting"])
+def test_a_refused_start_leaves_no_metrics_directory_behind(tmp_path, refusal):
+    scratch = tmp_path / "tmp"  # where the server makes its metrics directory
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch),
+           **plantstore_env(f"sqlite:///{tmp_path / 'x.db'}"), **refusal}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    result = start_gunicorn(env, GUNICORN)
+    assert result.returncode in (1, 2), result.stderr
+    assert only_line(result.stderr).startswith("Error: "), result.stderr
+    assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.slow
 def test_plantstore_web_serves_and_a_sigterm_ends_it_with_status_0(tmp_path):
     """The process started is gunicorn's master (no process in between): it
     answers /healthz, and SIGTERM sent to it stops the server, exit 0."""
