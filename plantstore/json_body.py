@@ -80,17 +80,29 @@ def _marked_fields(value):
     return found
 
 
+_FIRST_READ = json.JSONDecoder(parse_float=_parse_float, parse_int=_parse_int,
+                               parse_constant=_refuse_constant)
+_MARKING_READ = json.JSONDecoder(parse_float=_mark_float, parse_int=_parse_int,
+                                 parse_constant=_mark_constant)
+"""The two reads' decoders, made once (``json.loads`` given hooks makes one per call)."""
+
+
+def _decode(decoder, text):
+    """``json.loads(text, ...)`` with ``decoder``'s hooks: a BOM refused as it refuses it."""
+    if text.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return decoder.decode(text)
+
+
 def loads(text):
     """The body ``text`` as Python values; a 400 naming the field of a number
     that cannot be read, or for nesting too deep. Malformed JSON raises
     ``json.JSONDecodeError`` (webargs answers it)."""
     try:
         try:
-            return json.loads(text, parse_float=_parse_float, parse_int=_parse_int,
-                              parse_constant=_refuse_constant)
+            return _decode(_FIRST_READ, text)
         except _Unreadable:
-            marked = json.loads(text, parse_float=_mark_float, parse_int=_parse_int,
-                                parse_constant=_mark_constant)
+            marked = _decode(_MARKING_READ, text)
             refused = _marked_fields(marked)
     except RecursionError:
         abort(400, messages={"json": ["The JSON body is nested too deeply."]})
