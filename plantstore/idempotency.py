@@ -39,7 +39,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-import logging
 
 import marshmallow as ma
 from flask import current_app, g, make_response, request
@@ -48,8 +47,6 @@ from peewee import EXCLUDED, Select, Value
 
 from .db import clock, database
 from .models import IdempotencyKey
-
-log = logging.getLogger(__name__)
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -279,17 +276,11 @@ def purge_expired_keys(batch_size=PURGE_BATCH_SIZE):
     """Delete up to ``batch_size`` keys past their time to live; how many were.
 
     A row taken over meanwhile by a new use of its key is live again and
-    stays. Never raises (the caller is a worker's loop): a failure is
-    logged and the next call tries again.
+    stays. A failure is raised to the caller (the worker's maintenance).
     """
-    try:
-        expired = (IdempotencyKey.select(IdempotencyKey.id)
-                   .where(IdempotencyKey.expires_at <= clock.now()).limit(batch_size))
-        return (IdempotencyKey.delete()
-                .where(IdempotencyKey.id.in_(expired),
-                       IdempotencyKey.expires_at <= clock.now())
-                .execute())
-    except Exception:
-        log.warning("could not purge expired idempotency keys", exc_info=True)
-        database.close()
-        return 0
+    expired = (IdempotencyKey.select(IdempotencyKey.id)
+               .where(IdempotencyKey.expires_at <= clock.now()).limit(batch_size))
+    return (IdempotencyKey.delete()
+            .where(IdempotencyKey.id.in_(expired),
+                   IdempotencyKey.expires_at <= clock.now())
+            .execute())

@@ -1,6 +1,7 @@
 """The database going away is a 503 with Retry-After, never a 500, and
 service resumes by itself when it is back."""
 import concurrent.futures
+import logging
 import os
 import shutil
 import subprocess
@@ -13,6 +14,9 @@ from helpers import POSTGRES_URL, assert_error, bearer, free_port, wait_until
 from plantstore import create_app, db
 from plantstore.auth import issue_token
 from plantstore.models import Plant, User
+from plantstore.webhooks.config import settings_of
+from plantstore.webhooks.sending import maintenance
+from plantstore.webhooks.sending.maintenance import Maintenance
 
 PG_BIN = "/usr/lib/postgresql/15/bin"
 
@@ -27,6 +31,29 @@ def assert_unavailable(response):
     """The contract's 503, with a Retry-After in seconds."""
     assert_error(response, 503)
     assert int(response.headers["Retry-After"]) > 0
+
+
+@pytest.mark.parametrize("url", _unreachable_urls(), ids=["postgresql", "sqlite"])
+def test_the_workers_housekeeping_says_nothing_of_its_own_while_the_database_is_away(
+        url, caplog):
+    """The worker's loop says once that the database cannot serve; its
+    housekeeping adds no traceback per task and run."""
+    app = create_app({"TESTING": True, "DATABASE_URL": url})
+    with app.app_context(), caplog.at_level(logging.DEBUG):
+        Maintenance(settings_of(app)).run_if_due(force=True)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_housekeeping_task_that_fails_for_another_reason_is_logged_with_its_traceback(
+        app, monkeypatch, caplog):
+    def broken(settings):
+        raise ValueError("a bug")
+    monkeypatch.setattr(maintenance, "TASKS", (broken,))
+    with app.app_context(), caplog.at_level(logging.ERROR):
+        Maintenance(settings_of(app)).run_if_due(force=True)
+    [record] = caplog.records
+    assert record.getMessage().startswith("maintenance task broken failed")
+    assert record.exc_info[0] is ValueError
 
 
 @pytest.mark.parametrize("url", _unreachable_urls(), ids=["postgresql", "sqlite"])

@@ -6,7 +6,7 @@ subscriptions, for these to run."""
 import logging
 import time
 
-from ...db import database
+from ...db import database, is_unavailable
 from ...idempotency import purge_expired_keys
 from ..engine import queue
 from ..subscriptions import secrets
@@ -42,7 +42,9 @@ TASKS = (purge_old_deliveries, purge_old_keys, drop_ended_secret_overlaps)
 
 
 class Maintenance:
-    """Runs ``TASKS`` at most every INTERVAL_SECONDS; never raises."""
+    """Runs ``TASKS`` at most every INTERVAL_SECONDS; never raises. A database
+    that cannot serve ends the run without a word: the worker's loop says it
+    once per outage; any other failure is logged with its traceback."""
 
     def __init__(self, settings):
         self.settings = settings
@@ -59,7 +61,9 @@ class Maintenance:
                 for _ in range(BATCHES):
                     if not task(self.settings):
                         break
-            except Exception:
+            except Exception as error:
+                database.close()  # a connection that failed is not reused
+                if is_unavailable(error):
+                    return  # the worker's loop says so, once (worker.py); tried next time
                 log.exception("maintenance task %s failed; it runs again in %ss",
                               task.__name__, INTERVAL_SECONDS)
-                database.close()  # a connection that failed is not reused
