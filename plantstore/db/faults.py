@@ -45,12 +45,7 @@ def known_migrations():
 
 def _applied():
     """The names in the migrations table, or None when it does not exist."""
-    if is_sqlite():
-        exists = database.execute_sql("SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                                      "AND name = 'schema_migration'").fetchone()
-    else:
-        exists = database.execute_sql("SELECT to_regclass('schema_migration')").fetchone()[0]
-    if not exists:
+    if not database.table_exists("schema_migration"):
         return None
     return {name for name, in database.execute_sql("SELECT name FROM schema_migration")}
 
@@ -94,13 +89,10 @@ def find():
     None; the driver's error if the database does not answer. On SQLite also
     its file (deleted or replaced), its disk, and whether a write can begin
     within ``WRITE_PROBE_SECONDS``."""
-    if is_sqlite():
-        problem = database.obj.file_problem() or disk_problem()
-        if problem:
-            return problem
-    problem = schema_problem()
-    if problem is None and is_sqlite() \
-            and not database.obj.writes_get_through(WRITE_PROBE_SECONDS):
+    if not is_sqlite():
+        return schema_problem()
+    problem = database.obj.file_problem() or disk_problem() or schema_problem()
+    if problem is None and not database.obj.writes_get_through(WRITE_PROBE_SECONDS):
         problem = "no write could begin within the write wait (a writer holds its turn)"
     return problem
 
