@@ -16,6 +16,7 @@
 import functools
 import json
 import types
+from inspect import CO_COROUTINE
 
 import flask
 import flask_smorest
@@ -215,6 +216,16 @@ class App(flask.Flask):
     an empty answer has no media type, so the label goes.
     """
     json_provider_class = AnswerJSON
+
+    def ensure_sync(self, func):
+        """Flask's, answering at once for a plain function (a view, a hook):
+        one look at its code's flags, instead of ``inspect`` unwrapping it,
+        five times a request."""
+        # Kept for every route: without it, in process, a SQLite list of 10
+        # ran 1.02x the instructions (valgrind, 2026-11-29).
+        if type(func) is types.FunctionType and not func.__code__.co_flags & CO_COROUTINE:
+            return func
+        return super().ensure_sync(func)
 
     def make_default_options_response(self):
         response = super().make_default_options_response()
