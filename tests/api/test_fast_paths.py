@@ -1,6 +1,7 @@
 """The hot paths' shortcuts answer exactly what the slow, documented way would:
 SQL text statements against the peewee queries they stand for, the plant
-bodies of the list and the create against the marshmallow schema's dump,
+bodies of the list and the create against the marshmallow schema's dump, a
+create without an Idempotency-Key against the header's schema,
 SQLite's write turns against SQLite's own locking, and the access line
 written directly against the one logging would write; and the request
 schemas are made once, not per request."""
@@ -352,3 +353,17 @@ def test_access_line_goes_through_logging_unless_set_up_as_gunicorn_logconfig(ac
     logger.access_log.addHandler(extra)
     logger.access(_SentResponse, None, _access_environ("x"), datetime.timedelta(0))
     assert json.loads(stream.getvalue()) == json.loads(other.getvalue())
+
+
+@pytest.mark.parametrize("name", ["idempotency-key", "IDEMPOTENCY-KEY"])
+def test_a_key_is_read_whatever_the_header_name_s_case(client, alice, name):
+    """The create skips the header's schema only when no header of that
+    name, in any case, is there: a key so sent is still a key."""
+    headers = {**bearer(alice), name: "k-1"}
+    first = client.post("/plants", headers=headers, json={"id": 1, "name": "x"})
+    again = client.post("/plants", headers=headers, json={"id": 1, "name": "x"})
+    assert first.status_code == again.status_code == 200
+    assert again.headers["Idempotent-Replayed"] == "true"
+    other = client.post("/plants", headers={**bearer(alice), name: ""},
+                        json={"id": 2, "name": "x"})
+    assert other.status_code == 400
