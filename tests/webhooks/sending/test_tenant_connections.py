@@ -130,6 +130,16 @@ def shared_host():
         host.stop()
 
 
+def still_pending():
+    """The pending deliveries, for a failure's message: (id, subscription,
+    whether it is active, attempts, lease, leased until, created, the
+    subscription disabled at)."""
+    return [(d.id, d.subscription_id, d.subscription.is_active, d.attempts, d.lease,
+             d.locked_until, d.created_at, d.subscription.disabled_at)
+            for d in Delivery.select(Delivery, Subscription).join(Subscription)
+            .where(Delivery.status == Delivery.PENDING)]
+
+
 def subscribe(client, token, url):
     response = client.post("/webhooks", json={"url": url}, headers=bearer(token))
     assert response.status_code == 201, response.get_json()
@@ -151,7 +161,8 @@ def test_every_outcome_is_the_answer_to_that_very_request_when_two_owners_share_
     def ended():
         Worker(settings_of(app)).run_once()
         return not Delivery.select().where(Delivery.status == Delivery.PENDING).exists()
-    wait_until(ended, 120, interval=0.05, message="every delivery to end")
+    wait_until(ended, 120, interval=0.05,
+               message=lambda: f"every delivery to end; still pending: {still_pending()}")
 
     meant = collections.defaultdict(list)  # webhook-id -> statuses meant, in order
     for _, webhook_id, status in host.answered:
@@ -178,8 +189,11 @@ def test_every_outcome_is_the_answer_to_that_very_request_when_two_owners_share_
         # request, on a connection of her own
         assert alice_statuses <= {200, 410}
     else:
-        unanswered = [attempt.error for attempt in
-                      Attempt.select().where(Attempt.status_code.is_null())]
+        unanswered = [  # what an attempt with no status got, and what the host saw of it
+            (attempt.delivery.id, attempt.delivery.message_id, attempt.started_at,
+             attempt.duration_ms, attempt.error, meant.get(attempt.delivery.message_id))
+            for attempt in Attempt.select(Attempt, Delivery).join(Delivery)
+            .where(Attempt.status_code.is_null())]
         assert alice_statuses == {SCENARIOS[name]["alice"][1]}, unanswered
         assert 103 not in alice_statuses and 101 not in alice_statuses
     if SCENARIOS[name]["alice"][1] is None:
