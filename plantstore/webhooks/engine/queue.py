@@ -283,6 +283,18 @@ def delete_subscription(subscription_id):
         return store.current().delete_subscription(subscription_id)
 
 
+STRAY_BATCH = 100
+"""Most disabled subscriptions one ``fail_stray_deliveries`` call looks at."""
+
+
+def fail_stray_deliveries():
+    """Fail the deliveries a create stored for a subscription while it was
+    being disabled, after its waiting ones were failed (PostgreSQL: a
+    create's statement never waits for a subscription's row), as disabling
+    fails them; how many."""
+    return store.current().fail_stray_deliveries(STRAY_BATCH)
+
+
 def purge_batch(older_than_days):
     """Delete up to ``PURGE_BATCH`` finished deliveries created more than
     ``older_than_days`` ago, with their attempts; returns how many."""

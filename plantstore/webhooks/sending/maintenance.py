@@ -1,6 +1,7 @@
 """Housekeeping the webhook worker runs between deliveries: deleting what
 outlived its keep (deliveries past their retention, expired idempotency
-keys, rotated-out signing secrets whose overlap ended). Every deployment
+keys, rotated-out signing secrets whose overlap ended), and failing the
+deliveries a create stored for a subscription as it was being disabled. Every deployment
 with a database needs at least one worker running, even with no webhook
 subscriptions, for these to run."""
 import logging
@@ -38,7 +39,18 @@ def drop_ended_secret_overlaps(settings):
     return secrets.drop_ended_overlaps()
 
 
-TASKS = (purge_old_deliveries, purge_old_keys, drop_ended_secret_overlaps)
+def fail_stray_deliveries(settings):
+    """Deliveries stored for a subscription while it was being disabled,
+    after its waiting ones were failed: failed as well, as disabling says."""
+    failed = queue.fail_stray_deliveries()
+    if failed:
+        log.info("webhook subscriptions disabled: failed %d deliveries stored for them "
+                 "while they were being disabled", failed)
+    return failed
+
+
+TASKS = (purge_old_deliveries, purge_old_keys, drop_ended_secret_overlaps,
+         fail_stray_deliveries)
 
 
 class Maintenance:

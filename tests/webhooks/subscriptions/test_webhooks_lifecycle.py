@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+import psycopg2
 import pytest
 from standardwebhooks.webhooks import WebhookVerificationError
 
@@ -27,11 +28,12 @@ from plantstore import db
 from plantstore.db import clock
 from plantstore.models import Attempt, Delivery, Subscription, utcnow
 from plantstore.webhooks.config import settings_of
-from plantstore.webhooks.engine import queue
+from plantstore.webhooks.engine import queue, store
+from plantstore.webhooks.engine.store import postgres as postgres_store
 from plantstore.webhooks.sending.maintenance import Maintenance
 from plantstore.webhooks.sending.worker import Worker
 from plantstore.webhooks.subscriptions import secrets
-from plugins.webhooks import Answer, subscribe, verify, wait_for_attempts
+from plugins.webhooks import Answer, store_plants, subscribe, verify, wait_for_attempts
 
 HOUR = datetime.timedelta(hours=1)
 
@@ -380,3 +382,59 @@ def test_a_host_whose_clock_is_off_writes_a_subscriptions_times_by_the_databases
     overlap = setting("WEBHOOK_SECRET_OVERLAP_HOURS").default * 3600
     assert 0 <= age < 60
     assert overlap - 60 < overlap_left <= overlap
+
+
+def test_housekeeping_fails_deliveries_left_pending_on_a_disabled_subscription(
+        app, runner, alice):
+    """What a create racing a disabling leaves (a pending delivery of a
+    subscription already disabled) is failed as disabling fails it; another
+    subscription's pending delivery is left alone."""
+    stopped, _ = subscribe(runner, "http://127.0.0.1:9/stopped")
+    kept, _ = subscribe(runner, "http://127.0.0.1:9/kept")
+    queue.disable(stopped, queue.GONE, "the receiver answered 410 Gone")
+    stray = store.current().insert_delivery(stopped, "plant.created", '{"id": 1}',
+                                            lease_seconds=None)
+    store_plants(app, [1], give_back=True)
+
+    run_housekeeping(app)
+
+    assert Delivery.get_by_id(stray).status == Delivery.FAILED
+    assert Delivery.get_by_id(stray).last_error == (
+        "subscription disabled: the receiver answered 410 Gone")
+    assert [d.status for d in Delivery.select().where(Delivery.subscription == kept)] == [
+        Delivery.PENDING]
+
+
+@pytest.mark.skipif(not POSTGRES_URL, reason="SQLite's writers take turns: a create "
+                                             "never reads a subscription being disabled")
+def test_a_plant_stored_while_its_subscription_is_being_disabled_is_not_left_pending(
+        app, runner, alice):
+    """Another host disables a subscription (its row updated, its waiting
+    deliveries failed, not yet committed) while a create stores a plant: the
+    create's statement read the subscription as active and does not wait
+    for its row, so its delivery is pending once both commit. Housekeeping
+    fails it, as the disabling would have."""
+    subscription_id, _ = subscribe(runner, "http://127.0.0.1:9/hook")
+    reason = "the receiver answered 410 Gone"
+    failed_because = f"subscription disabled: {reason}"
+    disabling = psycopg2.connect(POSTGRES_URL)
+    try:
+        with disabling.cursor() as cursor:  # a transaction, left open
+            cursor.execute(postgres_store.QUERIES["stop_subscription"],
+                           {"id": subscription_id, "reason": reason})
+            cursor.execute(postgres_store.QUERIES["fail_waiting"],
+                           {"id": subscription_id, "last_error": failed_because})
+        stored = threading.Thread(target=lambda: store_plants(app, [1], give_back=True))
+        stored.start()
+        stored.join(timeout=30)
+        assert not stored.is_alive(), "the create waited for the disabling transaction"
+    finally:
+        disabling.commit()
+        disabling.close()
+    stray = Delivery.get(Delivery.subscription == subscription_id)
+    assert stray.status == Delivery.PENDING  # the race, as it happens
+
+    run_housekeeping(app)
+
+    stray = Delivery.get_by_id(stray.id)
+    assert (stray.status, stray.last_error) == (Delivery.FAILED, failed_because)

@@ -124,6 +124,11 @@ class DeliveryStore(Protocol):
         success within it) and fail its waiting deliveries under a new
         lease; whether it was disabled."""
 
+    def fail_stray_deliveries(self, limit):
+        """Fail, as disabling does, the deliveries still pending on up to
+        ``limit`` disabled subscriptions (each row locked first, and only if
+        still disabled); how many."""
+
     def enable(self, subscription_id):
         """Enable a subscription again, its breaker closed."""
 

@@ -201,9 +201,23 @@ def stop_subscription(subscription_id, reason, failing_cutoff_seconds=None):
     elif not QUERIES.rows("stop_failing_subscription",
                           {**values, "cutoff_seconds": failing_cutoff_seconds}):
         return False
-    QUERIES.execute("fail_waiting", {"id": subscription_id,
-                                     "last_error": f"subscription disabled: {reason}"})
+    _fail_waiting(subscription_id, reason)
     return True
+
+
+def fail_stray_deliveries(limit):
+    failed = 0
+    for row in QUERIES.rows("disabled_with_waiting", {"limit": limit}):
+        with database.atomic():
+            locked = QUERIES.rows("lock_disabled_subscription", {"id": row["subscription_id"]})
+            if locked:
+                failed += _fail_waiting(row["subscription_id"], locked[0]["disabled_reason"])
+    return failed
+
+
+def _fail_waiting(subscription_id, reason):
+    return QUERIES.execute("fail_waiting", {
+        "id": subscription_id, "last_error": f"subscription disabled: {reason}"}).rowcount
 
 
 def enable(subscription_id):

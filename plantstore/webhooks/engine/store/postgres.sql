@@ -104,6 +104,22 @@ UPDATE delivery SET status = 'failed', locked_until = NULL, lease = lease + 1,
     last_error = %(last_error)s
 WHERE subscription_id = %(id)s AND status = 'pending'
 
+-- name: disabled_with_waiting
+-- Disabled subscriptions with deliveries still pending: a create that read
+-- one as active while it was being disabled stored them after its waiting
+-- deliveries were failed (a create's statement waits for no subscription's
+-- row: the one lock order), so the worker's housekeeping fails them.
+SELECT s.id AS subscription_id FROM subscription s
+WHERE NOT s.is_active AND EXISTS (
+    SELECT 1 FROM delivery d WHERE d.subscription_id = s.id AND d.status = 'pending')
+ORDER BY s.id LIMIT %(limit)s
+
+-- name: lock_disabled_subscription
+-- Its row, if it is still disabled, before any of its deliveries' (the one
+-- lock order); an enable committed meanwhile leaves nothing to lock.
+SELECT disabled_reason FROM subscription WHERE id = %(id)s AND NOT is_active
+FOR NO KEY UPDATE
+
 -- name: delete_subscription
 -- The subscription's row first, then its deliveries and their attempts by
 -- the foreign keys' cascade: the one lock order (docs/webhooks-isolation.md).

@@ -154,9 +154,23 @@ def stop_subscription(subscription_id, reason, failing_cutoff_seconds=None):
         elif not QUERIES.rows("stop_failing_subscription", {
                 **values, "cutoff": clock.before(failing_cutoff_seconds)}):
             return False
-        QUERIES.execute("fail_waiting", {"id": subscription_id,
-                                         "last_error": f"subscription disabled: {reason}"})
+        _fail_waiting(subscription_id, reason)
     return True
+
+
+def fail_stray_deliveries(limit):
+    failed = 0
+    with database.atomic():
+        for row in QUERIES.rows("disabled_with_waiting", {"limit": limit}):
+            reason = QUERIES.rows("disabled_reason", {"id": row["subscription_id"]})
+            if reason:
+                failed += _fail_waiting(row["subscription_id"], reason[0]["disabled_reason"])
+    return failed
+
+
+def _fail_waiting(subscription_id, reason):
+    return QUERIES.execute("fail_waiting", {
+        "id": subscription_id, "last_error": f"subscription disabled: {reason}"}).rowcount
 
 
 def enable(subscription_id):

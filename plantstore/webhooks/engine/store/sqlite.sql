@@ -120,6 +120,18 @@ UPDATE delivery SET status = 'failed', locked_until = NULL, lease = lease + 1,
     last_error = :last_error
 WHERE subscription_id = :id AND status = 'pending'
 
+-- name: disabled_with_waiting
+-- Disabled subscriptions with deliveries still pending (on PostgreSQL a
+-- create can store them while its subscription is being disabled; here
+-- writers take turns, so none should be found).
+SELECT s.id AS subscription_id FROM subscription s
+WHERE NOT s.is_active AND EXISTS (
+    SELECT 1 FROM delivery d WHERE d.subscription_id = s.id AND d.status = 'pending')
+ORDER BY s.id LIMIT :limit
+
+-- name: disabled_reason
+SELECT disabled_reason FROM subscription WHERE id = :id AND NOT is_active
+
 -- name: delete_attempts_of_subscription
 DELETE FROM attempt
 WHERE delivery_id IN (SELECT id FROM delivery WHERE subscription_id = :id)
