@@ -94,6 +94,31 @@ def test_an_outcome_for_a_delivery_deleted_with_its_subscription_says_so(
     assert Attempt.select().count() == 0 and Delivery.select().count() == 0
 
 
+@postgres_only
+def test_a_give_back_waits_for_no_delivery_row_another_transaction_holds(app, runner, alice):
+    """A give-back takes delivery rows without their subscription's first:
+    it skips a row another transaction holds (here as a subscription's
+    deletion cascading to it would) instead of waiting, so it can never
+    close a deadlock; that row's lease runs out instead."""
+    for number in range(3):
+        subscribe(runner, f"http://127.0.0.1:9/hook-{number}")
+    jobs = store_plants(app, [1])
+    held = min(job.delivery_id for job in jobs)
+    holder = psycopg2.connect(POSTGRES_URL)
+    try:
+        with holder.cursor() as cursor:  # a transaction, left open
+            cursor.execute("SELECT id FROM delivery WHERE id = %s FOR UPDATE", (held,))
+        given_back = threading.Thread(target=queue.give_back, args=(jobs,))
+        given_back.start()
+        given_back.join(timeout=30)
+        assert not given_back.is_alive(), "the give-back waited for the held row"
+    finally:
+        holder.rollback()
+        holder.close()
+    leased = {d.id: d.locked_until is not None for d in Delivery.select()}
+    assert leased == {job.delivery_id: job.delivery_id == held for job in jobs}
+
+
 # --- an attempt starts only while its lease outlasts it ------------------------
 
 def lease_shorter_than_an_attempt(app):

@@ -117,7 +117,9 @@ class DeliveryStore(Protocol):
         """Those of these deliveries that still exist."""
 
     def give_back(self, leases):
-        """Clear the leases of ``(delivery id, lease)`` pairs still held."""
+        """Clear the leases of ``(delivery id, lease)`` pairs still held
+        (PostgreSQL: but of rows another transaction holds, never waited
+        for: their leases run out)."""
 
     def stop_subscription(self, subscription_id, reason, failing_cutoff_seconds=None):
         """Disable a subscription (with a cutoff: only if it has had no

@@ -57,9 +57,17 @@ FROM subscription WHERE id = ANY(%(ids)s::int[])
 SELECT id AS delivery_id FROM delivery WHERE id = ANY(%(ids)s::bigint[])
 
 -- name: give_back
+-- The leases still held cleared, in id order, skipping a row another
+-- transaction holds (a subscription's deletion cascading to it): its lease
+-- runs out instead. Taking delivery rows without their subscription's
+-- first, it must never wait for one (the one lock order).
 UPDATE delivery d SET locked_until = NULL
-FROM unnest(%(ids)s::bigint[], %(leases)s::int[]) AS g (id, lease)
-WHERE d.id = g.id AND d.lease = g.lease
+FROM (SELECT held.id FROM delivery held
+      JOIN unnest(%(ids)s::bigint[], %(leases)s::int[]) AS g (id, lease)
+        ON held.id = g.id AND held.lease = g.lease
+      ORDER BY held.id
+      FOR UPDATE OF held SKIP LOCKED) AS free
+WHERE d.id = free.id
 
 -- name: insert_delivery
 INSERT INTO delivery (subscription_id, message_id, event_type, payload, status, attempts,
