@@ -95,28 +95,39 @@ def test_an_outcome_for_a_delivery_deleted_with_its_subscription_says_so(
 
 
 @postgres_only
-def test_a_give_back_waits_for_no_delivery_row_another_transaction_holds(app, runner, alice):
-    """A give-back takes delivery rows without their subscription's first:
-    it skips a row another transaction holds (here as a subscription's
-    deletion cascading to it would) instead of waiting, so it can never
-    close a deadlock; that row's lease runs out instead."""
-    for number in range(3):
-        subscribe(runner, f"http://127.0.0.1:9/hook-{number}")
+def test_a_give_back_takes_a_subscriptions_row_before_its_deliveries(app, runner, alice):
+    """The one lock order: while a subscription's DELETE holds its row, a
+    give-back waits for it holding none of that subscription's deliveries
+    (one that took them first deadlocked with the DELETE's cascade), and
+    gives every lease back once the row is free."""
+    deleted, _ = subscribe(runner, "http://127.0.0.1:9/deleted")
+    subscribe(runner, "http://127.0.0.1:9/kept")
     jobs = store_plants(app, [1])
-    held = min(job.delivery_id for job in jobs)
-    holder = psycopg2.connect(POSTGRES_URL)
+    deleting, looking = psycopg2.connect(POSTGRES_URL), psycopg2.connect(POSTGRES_URL)
+    looking.autocommit = True  # each look a fresh snapshot of pg_stat_activity
+    given_back = threading.Thread(target=queue.give_back, args=(jobs,))
     try:
-        with holder.cursor() as cursor:  # a transaction, left open
-            cursor.execute("SELECT id FROM delivery WHERE id = %s FOR UPDATE", (held,))
-        given_back = threading.Thread(target=queue.give_back, args=(jobs,))
+        with deleting.cursor() as cursor:  # a DELETE's first lock, in a transaction left open
+            cursor.execute("SELECT id FROM subscription WHERE id = %s FOR UPDATE", (deleted,))
         given_back.start()
-        given_back.join(timeout=30)
-        assert not given_back.is_alive(), "the give-back waited for the held row"
+
+        def give_back_waits():
+            with looking.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type "
+                               "= 'Lock' AND query LIKE '%%UPDATE delivery d SET locked_until%%'")
+                return cursor.fetchone()[0] == 1
+        wait_until(give_back_waits, 30, interval=0.05,
+                   message="the give-back to wait for the subscription's row")
+        with looking.cursor() as cursor:  # none of its deliveries is held meanwhile
+            cursor.execute("SELECT id FROM delivery WHERE subscription_id = %s "
+                           "FOR UPDATE NOWAIT", (deleted,))
     finally:
-        holder.rollback()
-        holder.close()
-    leased = {d.id: d.locked_until is not None for d in Delivery.select()}
-    assert leased == {job.delivery_id: job.delivery_id == held for job in jobs}
+        deleting.rollback()
+        deleting.close()
+        looking.close()
+        given_back.join(timeout=30)
+    assert not given_back.is_alive()
+    assert not Delivery.select().where(Delivery.locked_until.is_null(False)).exists()
 
 
 # --- an attempt starts only while its lease outlasts it ------------------------

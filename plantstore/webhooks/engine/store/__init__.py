@@ -118,8 +118,7 @@ class DeliveryStore(Protocol):
 
     def give_back(self, leases):
         """Clear the leases of ``(delivery id, lease)`` pairs still held
-        (PostgreSQL: but of rows another transaction holds, never waited
-        for: their leases run out)."""
+        (PostgreSQL: each subscription's row taken first)."""
 
     def stop_subscription(self, subscription_id, reason, failing_cutoff_seconds=None):
         """Disable a subscription (with a cutoff: only if it has had no

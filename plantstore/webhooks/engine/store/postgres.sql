@@ -57,17 +57,20 @@ FROM subscription WHERE id = ANY(%(ids)s::int[])
 SELECT id AS delivery_id FROM delivery WHERE id = ANY(%(ids)s::bigint[])
 
 -- name: give_back
--- The leases still held cleared, in id order, skipping a row another
--- transaction holds (a subscription's deletion cascading to it): its lease
--- runs out instead. Taking delivery rows without their subscription's
--- first, it must never wait for one (the one lock order).
+-- The leases still held cleared: each subscription's row first (KEY SHARE,
+-- in id order: only its DELETE waits for it, and it waits for the DELETE),
+-- then its deliveries (the one lock order). A give-back that took delivery
+-- rows first deadlocked with a DELETE cascading to the same rows.
+WITH subscriptions AS MATERIALIZED (
+    SELECT s.id FROM subscription s
+    WHERE s.id IN (SELECT d.subscription_id FROM delivery d
+                   WHERE d.id = ANY(%(ids)s::bigint[]))
+    ORDER BY s.id
+    FOR KEY SHARE OF s
+)
 UPDATE delivery d SET locked_until = NULL
-FROM (SELECT held.id FROM delivery held
-      JOIN unnest(%(ids)s::bigint[], %(leases)s::int[]) AS g (id, lease)
-        ON held.id = g.id AND held.lease = g.lease
-      ORDER BY held.id
-      FOR UPDATE OF held SKIP LOCKED) AS free
-WHERE d.id = free.id
+FROM unnest(%(ids)s::bigint[], %(leases)s::int[]) AS g (id, lease), subscriptions s
+WHERE d.id = g.id AND d.lease = g.lease AND d.subscription_id = s.id
 
 -- name: insert_delivery
 INSERT INTO delivery (subscription_id, message_id, event_type, payload, status, attempts,
