@@ -63,9 +63,17 @@ def jobs_to_send(rows, leased_at, settings):
     whose receiver's breaker is closed (the others wait for the workers)."""
     jobs = [Job.from_row(row, leased_at, settings.lease_seconds) for row in rows]
     to_send = [job for job in jobs if not job.breaker_open]
-    for _ in range(len(jobs) - len(to_send)):
+    left = [job for job in jobs if job.breaker_open]
+    for _ in left:
         metrics.count_left_to_worker("breaker open")
         backlog.note_left_to_workers()
+    if left:
+        # PostgreSQL's create leases a delivery by one snapshot of its
+        # receiver's breaker and reads its job by the next (each statement
+        # of its function has its own): a breaker that opened in between
+        # leaves a lease nobody uses, until it runs out. Given back once
+        # the create commits (a delivery not leased is left as it is).
+        database.after_commit(lambda: give_back(left))
     return to_send
 
 

@@ -130,6 +130,20 @@ def test_a_give_back_takes_a_subscriptions_row_before_its_deliveries(app, runner
     assert not Delivery.select().where(Delivery.locked_until.is_null(False)).exists()
 
 
+def test_a_job_a_create_leased_but_read_with_its_breaker_open_is_given_back(app, runner,
+                                                                          alice):
+    """PostgreSQL's create leases a delivery by one snapshot of its
+    receiver's breaker and reads its job by the next: a breaker that opened
+    in between must not leave the lease held until it runs out."""
+    subscribe(runner, "http://127.0.0.1:9/hook")
+    [job] = store_plants(app, [1])  # leased to this process by the create
+    row = {field.name: getattr(job, field.name) for field in dataclasses.fields(job)
+           if field.name not in ("leased_at", "lease_seconds")}
+    assert queue.jobs_to_send([{**row, "breaker_open": True}], time.monotonic(),
+                              settings_of(app)) == []
+    assert Delivery.get_by_id(job.delivery_id).locked_until is None
+
+
 # --- an attempt starts only while its lease outlasts it ------------------------
 
 def lease_shorter_than_an_attempt(app):

@@ -71,6 +71,7 @@ WITH subscriptions AS MATERIALIZED (
 UPDATE delivery d SET locked_until = NULL
 FROM unnest(%(ids)s::bigint[], %(leases)s::int[]) AS g (id, lease), subscriptions s
 WHERE d.id = g.id AND d.lease = g.lease AND d.subscription_id = s.id
+  AND d.locked_until IS NOT NULL
 
 -- name: insert_delivery
 INSERT INTO delivery (subscription_id, message_id, event_type, payload, status, attempts,

@@ -97,7 +97,8 @@ FROM subscription WHERE id IN (SELECT value FROM json_each(:ids))
 SELECT id AS delivery_id FROM delivery WHERE id IN (SELECT value FROM json_each(:ids))
 
 -- name: give_back
-UPDATE delivery SET locked_until = NULL WHERE id = :delivery_id AND lease = :lease
+UPDATE delivery SET locked_until = NULL
+WHERE id = :delivery_id AND lease = :lease AND locked_until IS NOT NULL
 
 -- name: take_for_resend
 UPDATE delivery SET status = 'pending', attempts = 0, next_attempt_at = :now,
