@@ -67,7 +67,7 @@ def jobs_to_send(rows, leased_at, settings):
     for _ in left:
         metrics.count_left_to_worker("breaker open")
         backlog.note_left_to_workers()
-    if left:
+    if left and store.current().LEASES_AND_JOBS_MAY_DISAGREE:
         # PostgreSQL's create leases a delivery by one snapshot of its
         # receiver's breaker and reads its job by the next (each statement
         # of its function has its own): a breaker that opened in between

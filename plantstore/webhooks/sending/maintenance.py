@@ -1,9 +1,9 @@
 """Housekeeping the webhook worker runs between deliveries: deleting what
 outlived its keep (deliveries past their retention, expired idempotency
 keys, rotated-out signing secrets whose overlap ended), and failing the
-deliveries a create stored for a subscription as it was being disabled. Every deployment
-with a database needs at least one worker running, even with no webhook
-subscriptions, for these to run."""
+deliveries a create stored for a subscription as it was being disabled.
+Every deployment with a database needs at least one worker running, even
+with no webhook subscriptions, for these to run."""
 import logging
 import time
 

@@ -130,6 +130,7 @@ def test_a_give_back_takes_a_subscriptions_row_before_its_deliveries(app, runner
     assert not Delivery.select().where(Delivery.locked_until.is_null(False)).exists()
 
 
+@postgres_only
 def test_a_job_a_create_leased_but_read_with_its_breaker_open_is_given_back(app, runner,
                                                                           alice):
     """PostgreSQL's create leases a delivery by one snapshot of its

@@ -63,6 +63,12 @@ class DeliveryStore(Protocol):
     round trip before the write); if not, the caller checks the token and
     claims the key first, in the transaction the write runs in."""
 
+    LEASES_AND_JOBS_MAY_DISAGREE: bool
+    """Whether ``store_new_plant`` may lease a delivery by one snapshot of
+    its receiver's breaker and return its job, breaker open, by a later one
+    (PostgreSQL: each statement of its function has its own); then the
+    create gives such jobs back (``queue.jobs_to_send``)."""
+
     def claim_transaction(self):
         """A context in which a claim's reads and leases run (SQLite: one
         write transaction; PostgreSQL: none, its lease re-checks each row)."""

@@ -28,6 +28,7 @@ from . import SubscriptionsChanging, new_message_id
 TAKES_TOKEN_AT_INSERT = True  # migration 0011's trigger: lease 0 when it had none
 LOCKS_ROWS = True  # writers of many hosts: subscription rows are locked before deliveries
 CHECKS_CALLER_IN_WRITE = True  # store_new_plant's one statement: token and key too
+LEASES_AND_JOBS_MAY_DISAGREE = True  # each statement of that function has its own snapshot
 
 QUERIES = Queries(os.path.join(os.path.dirname(__file__), "postgres.sql"))
 

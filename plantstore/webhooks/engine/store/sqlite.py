@@ -22,6 +22,7 @@ from . import new_message_id
 TAKES_TOKEN_AT_INSERT = False  # a web process takes its token itself (throttle.admits)
 LOCKS_ROWS = False  # one writer at a time: no row locks to order
 CHECKS_CALLER_IN_WRITE = False  # the caller checks the token, claims the key, then writes
+LEASES_AND_JOBS_MAY_DISAGREE = False  # leases and jobs are read in one write transaction
 
 QUERIES = Queries(os.path.join(os.path.dirname(__file__), "sqlite.sql"))
 
