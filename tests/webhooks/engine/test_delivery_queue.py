@@ -114,7 +114,7 @@ def test_a_give_back_takes_a_subscriptions_row_before_its_deliveries(app, runner
         def give_back_waits():
             with looking.cursor() as cursor:
                 cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type "
-                               "= 'Lock' AND query LIKE '%%UPDATE delivery d SET locked_until%%'")
+                               "= 'Lock' AND query LIKE '%UPDATE delivery d SET locked_until%'")
                 return cursor.fetchone()[0] == 1
         wait_until(give_back_waits, 30, interval=0.05,
                    message="the give-back to wait for the subscription's row")
