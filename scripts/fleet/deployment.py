@@ -449,22 +449,35 @@ http {{
 
     # --- workers and the receiver -----------------------------------------------
 
-    def start_worker(self, name, clock_offset=None, release=None):
+    def start_worker(self, name, clock_offset=None, release=None, timeout=60):
         """``plantstore worker`` of ``release`` (the fleet's by default) on
         host ``name``; with its wall clock off by ``clock_offset``
         (``faketime -f``'s, e.g. ``+120s``) when one is given (see
-        wall_clock_off.py: this checkout's code only)."""
+        wall_clock_off.py: this checkout's code only). Returns once the
+        worker says it started (its first claim follows at once): a
+        scenario's load never runs while a worker is still importing."""
         self.clock_offsets[name] = clock_offset
         release = release or self.release
         self.release_of[name] = release
         if not clock_offset:
-            return self._start(name, name, [str(release.bin / "plantstore"), "worker"],
-                               env=self.environment(release),
-                               log=self._log_name(name, release), cwd=release.tree)
-        return self._start(name, name, [
-            "faketime", "-f", clock_offset, sys.executable,
-            str(Path(__file__).with_name("wall_clock_off.py")), "worker"],
-            env=self.environment(FAKETIME_DONT_FAKE_MONOTONIC="1"))
+            argv, env = [str(release.bin / "plantstore"), "worker"], self.environment(release)
+            log, cwd = self._log_name(name, release), release.tree
+        else:
+            argv = ["faketime", "-f", clock_offset, sys.executable,
+                    str(Path(__file__).with_name("wall_clock_off.py")), "worker"]
+            env, log, cwd = self.environment(FAKETIME_DONT_FAKE_MONOTONIC="1"), None, REPO
+        log_path = self.dir / f"{log or name}.log"
+        written_before = log_path.stat().st_size if log_path.exists() else 0
+        process = self._start(name, name, argv, env=env, log=log, cwd=cwd)
+
+        def started():
+            with open(log_path, "rb") as output:
+                output.seek(written_before)
+                return b"webhook worker started" in output.read() or not process.alive()
+        wait_until(started, timeout, f"{name} never said it started", interval=0.05)
+        if not process.alive():
+            raise RuntimeError(f"{name} exited:\n{process.tail()}")
+        return process
 
     def stop_worker(self, name):
         return self.processes[name].stop(timeout=30)

@@ -248,7 +248,9 @@ def test_clock_skew(healthy_fleet, offset):
     fleet, checks = healthy_fleet, Checks()
     fleet.start_receiver(f"clock{offset}", delay=(0.5, 1.0), fail_first=True)
     fleet.stop_worker("worker2")
+    began = time.monotonic()
     fleet.start_worker("worker2", clock_offset=offset)
+    say(f"worker2 with its clock {offset} started in {time.monotonic() - began:.1f} s")
     load = run_load(fleet, clients=8, per_client_rate=2)
     keep_running(12)
     load.stop()
@@ -287,7 +289,8 @@ def test_clock_skew(healthy_fleet, offset):
     skewed = share.get("worker2", 0)
     checks.expect(skewed >= len(retries) / 8,
                   f"the worker with its clock {offset} made {skewed} of {len(retries)} "
-                  "retries: less than its share (an eighth at least)")
+                  "retries: less than its share (an eighth at least); its log ends:\n"
+                  + fleet.processes["worker2"].tail())
     checks.verify()
 
 
