@@ -181,6 +181,46 @@ def test_a_missing_scope_is_403_before_a_bad_create_is_400(client, make_token, k
     assert_error(response, 403)
 
 
+BAD_LISTS = [
+    pytest.param("/plants?limit=abc", id="limit not a number"),
+    pytest.param("/plants?limit=100000", id="limit over the maximum"),
+    pytest.param("/plants?after=1.5", id="cursor not an integer"),
+]
+
+
+@pytest.mark.parametrize("path", BAD_LISTS)
+@pytest.mark.parametrize("token", [
+    pytest.param(lambda make_token: "pst_" + secrets.token_urlsafe(32), id="unknown"),
+    pytest.param(_revoked, id="revoked"),
+])
+def test_an_invalid_token_is_401_before_a_bad_list_is_400(client, make_token, path, token):
+    """A list's token is answered for before its query string."""
+    response = client.get(path, headers=bearer(token(make_token)))
+    assert_error(response, 401)
+    assert response.headers["WWW-Authenticate"] == INVALID_TOKEN_CHALLENGE
+
+
+@pytest.mark.parametrize("path", BAD_LISTS)
+def test_a_missing_scope_is_403_before_a_bad_list_is_400(client, make_token, path):
+    writer = make_token("alice", scopes=[WRITE])
+    assert_error(client.get(path, headers=bearer(writer)), 403)
+
+
+def test_a_list_sees_a_token_revoked_after_the_last_list(client, make_token):
+    """A revocation binds the next list, first page or after a cursor,
+    whether or not the page is empty."""
+    secret = make_token("alice")
+    assert client.get("/plants", headers=bearer(secret)).get_json() == []
+    assert client.post("/plants", json={"id": 1, "name": "fern"},
+                       headers=bearer(secret)).status_code == 200
+    assert client.get("/plants?after=0", headers=bearer(secret)).status_code == 200
+    assert revoke_token(token_of(secret).id)
+    for path in ("/plants", "/plants?after=0"):
+        response = client.get(path, headers=bearer(secret))
+        assert_error(response, 401)
+        assert response.headers["WWW-Authenticate"] == INVALID_TOKEN_CHALLENGE
+
+
 @pytest.mark.parametrize("headers", [{}, {"Idempotency-Key": "k-1"}], ids=["plain", "keyed"])
 def test_a_create_with_a_token_that_is_not_valid_writes_nothing(
         app, client, make_token, headers):
