@@ -180,7 +180,7 @@ class Fleet:
         if user:
             argv = ["runuser", "-u", user, "--", *argv]
         process = Process(name, self.network.command(host, argv),
-                          self.dir / f"{log or name}.log", env or self.environment(),
+                          self._log_path(log or name), env or self.environment(),
                           cwd).start()
         self.processes[name] = process
         return process
@@ -313,6 +313,10 @@ default_pool_size = 40
                                                 WEB_CONCURRENCY="2",
                                                 PROMETHEUS_MULTIPROC_DIR=str(metrics)),
                            log=self._log_name(node, release), cwd=release.tree)
+
+    def _log_path(self, log):
+        """Where a process started with log name ``log`` writes its output."""
+        return self.dir / f"{log}.log"
 
     @staticmethod
     def _log_name(name, release):
@@ -449,7 +453,7 @@ http {{
 
     # --- workers and the receiver -----------------------------------------------
 
-    def start_worker(self, name, clock_offset=None, release=None, timeout=60):
+    def start_worker(self, name, clock_offset=None, release=None):
         """``plantstore worker`` of ``release`` (the fleet's by default) on
         host ``name``; with its wall clock off by ``clock_offset``
         (``faketime -f``'s, e.g. ``+120s``) when one is given (see
@@ -466,7 +470,7 @@ http {{
             argv = ["faketime", "-f", clock_offset, sys.executable,
                     str(Path(__file__).with_name("wall_clock_off.py")), "worker"]
             env, log, cwd = self.environment(FAKETIME_DONT_FAKE_MONOTONIC="1"), None, REPO
-        log_path = self.dir / f"{log or name}.log"
+        log_path = self._log_path(log or name)
         written_before = log_path.stat().st_size if log_path.exists() else 0
         process = self._start(name, name, argv, env=env, log=log, cwd=cwd)
 
@@ -474,7 +478,7 @@ http {{
             with open(log_path, "rb") as output:
                 output.seek(written_before)
                 return b"webhook worker started" in output.read() or not process.alive()
-        wait_until(started, timeout, f"{name} never said it started", interval=0.05)
+        wait_until(started, 60, f"{name} never said it started", interval=0.05)
         if not process.alive():
             raise RuntimeError(f"{name} exited:\n{process.tail()}")
         return process
