@@ -15,8 +15,8 @@ def seed_plantstore(database_url, plants, first_id=0):
     project's virtualenv.
     """
     from plantstore import create_app, db
-    from plantstore.auth import issue_token
-    from plantstore.models import User, utcnow
+    from plantstore.db.models import User, utcnow
+    from plantstore.web.auth import issue_token
 
     app = create_app({"DATABASE_URL": database_url})
     with app.app_context():

@@ -134,7 +134,7 @@ def drain(venv_bin, url, seconds=300):
 def _pending(url):
     from plantstore import create_app
     from plantstore.db import database
-    from plantstore.models import Delivery
+    from plantstore.db.models import Delivery
     create_app({"DATABASE_URL": url})
     with database.connection_context():
         pending = Delivery.select().where(Delivery.status == Delivery.PENDING).count()

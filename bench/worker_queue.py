@@ -18,7 +18,7 @@ def queue(url, receiver_url, count, subscriptions=1, owners=0):
     """Migrate ``url`` and put ``count`` deliveries to ``receiver_url`` on
     it, over ``subscriptions`` owned by ``owners`` users in turn."""
     from plantstore import create_app, db
-    from plantstore.models import Delivery, Subscription, User, utcnow
+    from plantstore.db.models import Delivery, Subscription, User, utcnow
 
     app = create_app({"DATABASE_URL": url})
     with app.app_context():

@@ -37,7 +37,7 @@ if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     os.environ["GUNICORN_OWNED_METRICS_DIR"] = os.environ["PROMETHEUS_MULTIPROC_DIR"]
 try:
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
-except OSError as error:  # as plantstore.web_server's check says it, exit status 2
+except OSError as error:  # as plantstore.server.launch's check says it, exit status 2
     print(f"Error: PROMETHEUS_MULTIPROC_DIR must be a directory this user can make and "
           f"write ({error.strerror}), not {os.environ['PROMETHEUS_MULTIPROC_DIR']!r}",
           file=sys.stderr)
@@ -45,7 +45,7 @@ except OSError as error:  # as plantstore.web_server's check says it, exit statu
 
 # Imported here, in the master, so post_fork stays instant: a SIGTERM that
 # reaches a worker before gunicorn installs its signal handlers is lost.
-from plantstore import gunicorn as plantstore_gunicorn
+from plantstore.server import gunicorn as plantstore_gunicorn
 
 # An unusable PLANTSTORE_* setting, an unusable value of one of the variables
 # read below, or an address another program listens on stops the server
@@ -105,11 +105,11 @@ forwarder_headers = ""
 accesslog = "-"
 errorlog = "-"
 loglevel = os.environ.get("LOG_LEVEL", "info")
-logger_class = "plantstore.gunicorn.JSONAccessLogger"
+logger_class = "plantstore.server.gunicorn.JSONAccessLogger"
 logconfig_dict = plantstore_gunicorn.logconfig(loglevel.upper())
 
 # A worker drops the database connections it inherited, honours a stop
-# sent while it booted and sets up its tracing (see plantstore/gunicorn.py).
+# sent while it booted and sets up its tracing (see plantstore/server/gunicorn.py).
 post_fork = plantstore_gunicorn.reset_after_fork
 # A kept-alive connection is closed after 25 requests, so the processes
 # share a client's connections instead of one keeping them all

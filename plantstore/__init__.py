@@ -2,22 +2,22 @@
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from . import encryption, settings
-from .api import Api, App
 from .cli import register_commands
 from .db import init_database
-from .errors import register_error_handlers
-from .health import blp as health_blp
-from .logs import init_logging
-from .metrics import init_metrics
-from .openapi import complete_spec, register_converters, spec_config, spec_kwargs
+from .observability.logs import init_logging
+from .observability.metrics import init_metrics
+from .observability.tracing import init_app as init_tracing
 from .plants.routes import blp as plants_blp
-from .ratelimit import init_rate_limits
-from .request_body import Request
-from .request_ids import init_request_ids
-from .tracing import init_app as init_tracing
-from .webhooks.commands import gauges as webhook_gauges
+from .web.api import Api, App
+from .web.body.framing import Request
+from .web.errors import register_error_handlers
+from .web.health import blp as health_blp
+from .web.openapi import complete_spec, register_converters, spec_config, spec_kwargs
+from .web.ratelimit import init_rate_limits
+from .web.request_ids import init_request_ids
 from .webhooks.config import init_app as init_webhooks
 from .webhooks.engine import backlog as webhook_backlog
+from .webhooks.engine import gauges as webhook_gauges
 from .webhooks.subscriptions.routes import blp as webhooks_blp
 
 __version__ = "1.0.0"

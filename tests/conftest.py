@@ -21,8 +21,8 @@ pytest.register_assert_rewrite("helpers")  # before any module imports it
 
 from helpers import POSTGRES_URL  # noqa: E402
 from plantstore import create_app, db  # noqa: E402
-from plantstore.auth import ALL_SCOPES, issue_token  # noqa: E402
-from plantstore.models import User  # noqa: E402
+from plantstore.db.models import User  # noqa: E402
+from plantstore.web.auth import ALL_SCOPES, issue_token  # noqa: E402
 from plantstore.webhooks.config import web_sender_of  # noqa: E402
 
 pytest_plugins = ["plugins.servers", "plugins.webhooks",

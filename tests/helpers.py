@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from plantstore import db
-from plantstore.models import Plant, User
+from plantstore.db.models import Plant, User
 from plantstore.settings import SETTINGS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -201,8 +201,7 @@ def skew_process_clock(monkeypatch, offset):
     """Make this process's clock read ``offset`` (a timedelta) off, like a
     host whose clock is wrong: every plantstore module's name for it
     (``models.utcnow``, ``clock.local_now``) until the test ends."""
-    from plantstore import models
-    from plantstore.db import clock
+    from plantstore.db import clock, models
     real_clocks = (models.utcnow, clock.local_now)
     real = models.utcnow
 

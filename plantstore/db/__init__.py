@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 database = DatabaseProxy()
 
-MIGRATIONS_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "migrations")
+MIGRATIONS_DIR = os.path.join(os.path.dirname(__file__), "migrations")
 
 # WAL lets readers run beside one writer; the busy timeout (the write wait,
 # set per database) makes a writer wait for the lock instead of failing with

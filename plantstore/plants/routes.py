@@ -4,11 +4,12 @@ from flask import current_app, g, request
 from flask_smorest import abort
 from peewee import IntegrityError
 
-from .. import idempotency, webhooks
-from ..api import Blueprint, json_response, no_content
-from ..auth import READ, WRITE, token_to_check
-from ..errors import RETRY_AFTER_SECONDS, error_response
-from ..models import Plant
+from .. import webhooks
+from ..db.models import Plant
+from ..web import idempotency
+from ..web.api import Blueprint, json_response, no_content
+from ..web.auth import READ, WRITE, token_to_check
+from ..web.errors import RETRY_AFTER_SECONDS, error_response
 from . import queries
 from .schemas import (
     INT64_MAX,

@@ -9,7 +9,7 @@ from decimal import Decimal
 import marshmallow as ma
 from marshmallow import validate
 
-from ..fields import IntegerText, QueryArgsSchema, Text
+from ..web.fields import IntegerText, QueryArgsSchema, Text
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 INT32_MAX = 2 ** 31 - 1

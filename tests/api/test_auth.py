@@ -10,8 +10,8 @@ import pytest
 
 from helpers import POSTGRES_URL, assert_error, bearer, skew_process_clock
 from plantstore import db
-from plantstore.auth import READ, WRITE, issue_token, revoke_token
-from plantstore.models import Delivery, IdempotencyKey, Plant, Subscription, Token, utcnow
+from plantstore.db.models import Delivery, IdempotencyKey, Plant, Subscription, Token, utcnow
+from plantstore.web.auth import READ, WRITE, issue_token, revoke_token
 
 CHALLENGE = 'Bearer realm="plantstore"'
 INVALID_TOKEN_CHALLENGE = 'Bearer realm="plantstore", error="invalid_token"'

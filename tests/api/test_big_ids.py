@@ -17,7 +17,7 @@ from helpers import (
     walk_pages,
 )
 from plantstore.db import database
-from plantstore.models import Attempt, Delivery, IdempotencyKey
+from plantstore.db.models import Attempt, Delivery, IdempotencyKey
 from plugins.webhooks import Answer, subscribe
 
 JUST_BELOW = 2**31 - 3

@@ -12,7 +12,7 @@ import pytest
 
 from helpers import REPO
 from plantstore import db
-from plantstore.models import Plant
+from plantstore.db.models import Plant
 
 pytestmark = pytest.mark.slow
 

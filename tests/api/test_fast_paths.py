@@ -25,12 +25,12 @@ from peewee import IntegrityError, OperationalError
 
 from helpers import bearer, create_plant, seed, wait_until
 from plantstore import db
-from plantstore.auth import find_caller, issue_token
-from plantstore.gunicorn import JSONAccessLogger, _plain_json_stream_handler
-from plantstore.logs import REQUEST_ID_ENVIRON_KEY, JSONFormatter
-from plantstore.models import Plant, Subscription, User, utcnow
+from plantstore.db.models import Plant, Subscription, User, utcnow
+from plantstore.observability.logs import REQUEST_ID_ENVIRON_KEY, JSONFormatter
 from plantstore.plants import queries
 from plantstore.plants.schemas import PlantSchema, plant_json
+from plantstore.server.gunicorn import JSONAccessLogger, _plain_json_stream_handler
+from plantstore.web.auth import find_caller, issue_token
 from plantstore.webhooks import config as webhook_config
 from plantstore.webhooks.engine import queue
 
@@ -285,7 +285,7 @@ def test_concurrent_sqlite_writers_of_one_process_all_commit(sqlite_file):
 @pytest.fixture
 def access_logger():
     """gunicorn's JSON access logger writing to a string, as
-    ``plantstore.gunicorn.logconfig`` sets it up.
+    ``plantstore.server.gunicorn.logconfig`` sets it up.
 
     The ``gunicorn.*`` loggers are process-wide: their set-up is restored after.
     """

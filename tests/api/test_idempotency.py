@@ -16,9 +16,10 @@ import pytest
 import requests
 
 from helpers import POSTGRES_URL, REPO, assert_error, bearer, skew_process_clock, wait_until
-from plantstore import db, idempotency
-from plantstore.idempotency import purge_expired_keys
-from plantstore.models import IdempotencyKey, Plant, User
+from plantstore import db
+from plantstore.db.models import IdempotencyKey, Plant, User
+from plantstore.web import idempotency
+from plantstore.web.idempotency import purge_expired_keys
 from plugins.stalls import waiting_on_a_lock
 from plugins.webhooks import subscribe
 
@@ -305,7 +306,8 @@ def test_a_stored_answer_is_replayed_whatever_else_holds_the_key(app, client, al
 # in the database (see ``stalled_writes``). Either way it waits to be killed.
 HOLDER = r"""
 import json, sys, threading
-from plantstore import create_app, idempotency
+from plantstore import create_app
+from plantstore.web import idempotency
 
 url, token, key, plant = sys.argv[1:5]
 

@@ -6,7 +6,7 @@ import pytest
 import requests
 
 from helpers import assert_error, bearer
-from plantstore.models import Plant, Subscription
+from plantstore.db.models import Plant, Subscription
 
 HUGE = "1e99999999999999999999"
 TINY = "1e-99999999999999999999"

@@ -20,7 +20,7 @@ from hypothesis.stateful import (
 
 from helpers import bearer, walk_pages
 from plantstore import db
-from plantstore.models import Plant
+from plantstore.db.models import Plant
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 USERS = ("alice", "bob", "carol")

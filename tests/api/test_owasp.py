@@ -22,8 +22,8 @@ import pytest
 import requests
 
 from helpers import assert_error, bearer, headers_but_request_id, listed, post_plant
-from plantstore.auth import digest, revoke_token
-from plantstore.models import Attempt, Delivery, Plant, Subscription, Token, User, utcnow
+from plantstore.db.models import Attempt, Delivery, Plant, Subscription, Token, User, utcnow
+from plantstore.web.auth import digest, revoke_token
 from plugins.webhooks import (
     RETRY_EVERY_SECOND,
     Answer,

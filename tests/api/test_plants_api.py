@@ -15,7 +15,7 @@ from helpers import (
     walk_pages,
 )
 from plantstore import create_app
-from plantstore.models import Plant, User
+from plantstore.db.models import Plant, User
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 

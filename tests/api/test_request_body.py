@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from plantstore.models import Plant
+from plantstore.db.models import Plant
 
 
 def exchange(port, request, half_close=True, seconds=10):

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from helpers import bearer, plantstore_env, run_plantstore, wait_until
-from plantstore.models import Delivery
+from plantstore.db.models import Delivery
 from plugins.servers import Gunicorn
 
 pytestmark = pytest.mark.slow

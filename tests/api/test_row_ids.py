@@ -9,7 +9,7 @@ from playhouse.migrations import Runner
 
 from helpers import POSTGRES_URL, bearer
 from plantstore import db
-from plantstore.models import Delivery, Subscription, Token
+from plantstore.db.models import Delivery, Subscription, Token
 
 
 def add_webhook(runner):

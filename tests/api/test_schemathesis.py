@@ -20,7 +20,7 @@ import pytest
 
 from helpers import REPO
 from plantstore import db
-from plantstore.models import Plant, Subscription, User
+from plantstore.db.models import Plant, Subscription, User
 from plantstore.webhooks.sending.signing import new_secret
 
 SCHEMATHESIS = str(Path(sys.executable).with_name("schemathesis"))

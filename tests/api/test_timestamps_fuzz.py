@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from helpers import assert_error, bearer
 from plantstore import db
-from plantstore.models import Subscription, User
+from plantstore.db.models import Subscription, User
 
 FIRST = datetime.datetime(1, 1, 1)
 LAST = datetime.datetime(9999, 12, 31, 23, 59, 59, 999999)

@@ -4,7 +4,7 @@ unusable setting value is one line naming its variable."""
 import pytest
 
 from helpers import setting
-from plantstore.models import Subscription, Token, User
+from plantstore.db.models import Subscription, Token, User
 from plantstore.settings import SettingError
 
 

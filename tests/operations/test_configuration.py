@@ -8,7 +8,7 @@ import pytest
 
 from helpers import REPO, free_port, run_plantstore
 from plantstore import __version__, create_app
-from plantstore.logs import redact
+from plantstore.observability.logs import redact
 from plantstore.settings import SettingError
 
 PATH = {"PATH": "/usr/bin:/bin"}

@@ -6,7 +6,7 @@ import http.client
 
 import pytest
 
-from plantstore.gunicorn import KEEPALIVE_REQUESTS
+from plantstore.server.gunicorn import KEEPALIVE_REQUESTS
 
 
 @pytest.mark.slow

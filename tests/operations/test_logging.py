@@ -14,7 +14,7 @@ import requests
 
 from helpers import PLANTSTORE, bearer, plantstore_env, run_plantstore
 from plantstore.db import MIGRATIONS_DIR
-from plantstore.logs import JSONFormatter, TextFormatter, log_format, redact
+from plantstore.observability.logs import JSONFormatter, TextFormatter, log_format, redact
 
 # A text line: time, [pid], level, logger: message, then key=value fields.
 TEXT_LINE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \[\d+\] "
@@ -64,7 +64,7 @@ def test_an_application_log_line_is_json_with_the_request_id(app, json_log):
     (line,) = json_log.getvalue().splitlines()
     entry = json.loads(line)
     assert entry["level"] == "error"
-    assert entry["logger"] == "plantstore.errors"
+    assert entry["logger"] == "plantstore.web.errors"
     assert entry["request_id"] == "boom-1"
     assert "RuntimeError: database melted" in entry["exception"]
 
@@ -216,14 +216,14 @@ def test_a_text_line_carries_the_fields_and_the_traceback_and_no_token():
     try:
         raise RuntimeError(f"failed for {token}")
     except RuntimeError:
-        record = logging.getLogger("plantstore.errors").makeRecord(
-            "plantstore.errors", logging.ERROR, __file__, 1, "unhandled error for %s",
+        record = logging.getLogger("plantstore.web.errors").makeRecord(
+            "plantstore.web.errors", logging.ERROR, __file__, 1, "unhandled error for %s",
             (f"Bearer {token}",), exc_info=sys.exc_info(), extra={"fields": {
                 "request_id": "abc.1", "method": "GET", "user_agent": "curl 8",
                 "bytes": 2, "query": None}})
     head, *traceback = TextFormatter().format(record).splitlines()
     line = TEXT_LINE.fullmatch(head)
-    assert (line["level"], line["logger"]) == ("ERROR", "plantstore.errors")
+    assert (line["level"], line["logger"]) == ("ERROR", "plantstore.web.errors")
     assert line["rest"] == ('unhandled error for Bearer [REDACTED]  '
                             'request_id=abc.1 user_agent="curl 8" bytes=2')
     assert traceback[0] == "  Traceback (most recent call last):"
@@ -237,8 +237,8 @@ def test_a_text_line_escapes_what_could_forge_a_line_or_reach_the_terminal():
     try:
         raise RuntimeError(f"failed\n{FORGED}\x1b[2J")
     except RuntimeError:
-        record = logging.getLogger("plantstore.errors").makeRecord(
-            "plantstore.errors", logging.ERROR, __file__, 1, "GET %s 404",
+        record = logging.getLogger("plantstore.web.errors").makeRecord(
+            "plantstore.web.errors", logging.ERROR, __file__, 1, "GET %s 404",
             (f"/a\n{FORGED}\r\x1b[31m\u2028\x7f",), exc_info=sys.exc_info(), extra={
                 "fields": {"user_agent": f"x\x1b[2J\n{FORGED}", "host": "h\x7f"}})
     head, *traceback = TextFormatter().format(record).splitlines()

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from helpers import bearer, plantstore_env, run_plantstore, wait_until
 from plantstore import create_app, db
 from plantstore.db import clock
-from plantstore.models import Delivery, Subscription
+from plantstore.db.models import Delivery, Subscription
 
 
 def sample(text, name, **labels):

@@ -20,9 +20,9 @@ from click.testing import CliRunner
 from playhouse.migrations import Migration
 
 from helpers import PLANTSTORE, REPO, free_port, plantstore_env, run_plantstore
-from plantstore import web_server
 from plantstore.cli import cli
 from plantstore.db import MIGRATIONS_DIR
+from plantstore.server import launch as web_server
 from plugins.servers import wait_until_up
 
 
@@ -207,7 +207,7 @@ def test_the_server_variables_every_command_reads_are_one_line_for_every_command
 def test_the_web_command_reads_no_gunicorn_setting_before_its_checks():
     """gunicorn reads WEB_CONCURRENCY with int() as ``gunicorn.config`` is
     imported: the command, up to its checks, must not import it."""
-    probe = ("import sys, plantstore.cli, plantstore.web_server as w; "
+    probe = ("import sys, plantstore.cli, plantstore.server.launch as w; "
              "w.check_server_variables({'GUNICORN_WORKER_CLASS': 'gthread'}); "
              "print('gunicorn.config' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,

@@ -35,7 +35,8 @@ from helpers import (
     seed,
     wait_until,
 )
-from plantstore import db, logs, tracing
+from plantstore import db
+from plantstore.observability import logs, tracing
 from plantstore.settings import SettingError
 from plantstore.webhooks.sending import spans as webhook_spans
 from plugins.webhooks import Answer, subscribe
@@ -534,7 +535,7 @@ def test_the_webhook_attempt_and_the_workers_retry_join_the_creates_trace(
 
     def attempts(spans):
         found = [span for span in spans if span.trace_id == trace_id
-                 and span.scope == "plantstore.tracing" and span.kind == "CLIENT"]
+                 and span.scope == "plantstore.observability.tracing" and span.kind == "CLIENT"]
         return len(found) == 2 and found
     tried = otlp_collector.wait_for(attempts, message="both attempts in the create's trace")
     trace = otlp_collector.trace(trace_id)

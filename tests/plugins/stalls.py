@@ -5,7 +5,7 @@ import pytest
 
 from helpers import POSTGRES_URL
 from plantstore import db
-from plantstore.models import Subscription, utcnow
+from plantstore.db.models import Subscription, utcnow
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from standardwebhooks import Webhook
 
 from helpers import PLANTSTORE, REPO, wait_until
 from plantstore.db import clock, database
-from plantstore.models import Attempt, Delivery, Plant, User
+from plantstore.db.models import Attempt, Delivery, Plant, User
 from plantstore.webhooks import store_new_plant
 from plantstore.webhooks.engine import queue
 

@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from helpers import bearer, plantstore_env, run_plantstore, walk_pages
-from plantstore.models import Subscription
+from plantstore.db.models import Subscription
 from plugins.servers import create_until_sigkilled
 from plugins.webhooks import (
     SHORT_LEASES,

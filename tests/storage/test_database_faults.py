@@ -15,9 +15,9 @@ from playhouse.migrations import Migration
 
 from helpers import POSTGRES_URL, assert_error, bearer, create_plant, roll_back_after
 from plantstore import create_app, db
-from plantstore.auth import issue_token
 from plantstore.db import faults
-from plantstore.models import Plant, User
+from plantstore.db.models import Plant, User
+from plantstore.web.auth import issue_token
 
 SQLITE_ONLY = pytest.mark.skipif(bool(POSTGRES_URL), reason="a SQLite file's fault; the "
                                                             "SQLite run has it")
@@ -226,7 +226,7 @@ def test_a_schema_older_than_the_code_is_not_ready_and_its_failing_writes_are_50
         else:  # with no subscription a create reads nothing 0014 adds on SQLite
             assert create.status_code == 200
         assert not [record for record in caplog.records
-                    if record.levelno >= logging.ERROR and record.name == "plantstore.errors"]
+                    if record.levelno >= logging.ERROR and record.name == "plantstore.web.errors"]
     finally:
         db.upgrade()
     assert client.get("/readyz").status_code == 200

@@ -12,8 +12,8 @@ import pytest
 
 from helpers import POSTGRES_URL, assert_error, bearer, free_port, wait_until
 from plantstore import create_app, db
-from plantstore.auth import issue_token
-from plantstore.models import Plant, User
+from plantstore.db.models import Plant, User
+from plantstore.web.auth import issue_token
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.sending import maintenance
 from plantstore.webhooks.sending.maintenance import Maintenance

@@ -12,8 +12,8 @@ import pytest
 from helpers import POSTGRES_URL, roll_back_after, wait_until
 from plantstore import db
 from plantstore.db import database
+from plantstore.db.models import Subscription
 from plantstore.db.runner import lock_timeouts_ms
-from plantstore.models import Subscription
 
 postgres_only = pytest.mark.skipif(
     not POSTGRES_URL, reason="PostgreSQL only: SQLite migrations take its one write lock, "

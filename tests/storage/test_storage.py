@@ -14,8 +14,8 @@ import requests
 
 from helpers import bearer, plantstore_env, run_plantstore
 from plantstore import create_app, db
-from plantstore.auth import issue_token
-from plantstore.models import User
+from plantstore.db.models import User
+from plantstore.web.auth import issue_token
 
 PACKAGE = Path(db.__file__).resolve().parent
 CORE_TABLES = {"user", "token", "plant", "subscription", "delivery", "attempt"}

@@ -5,7 +5,7 @@ calls, and the engine's named queries call only such versions."""
 import os
 import re
 
-from plantstore import migrations, named_sql
+from plantstore.db import migrations, named_sql
 from plantstore.webhooks.engine.store import postgres
 
 FUNCTIONS_DIR = os.path.join(os.path.dirname(migrations.__file__), "functions")

@@ -16,7 +16,7 @@ import threading
 import time
 
 from ...db import DATABASE_FAILURES, clock, database
-from ...models import Delivery, Subscription
+from ...db.models import Delivery, Subscription
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ import contextlib
 import logging
 import time
 
-from ... import metrics
 from ...db import clock, database
-from ...models import Delivery
+from ...db.models import Delivery
+from ...observability import metrics
 from . import backlog, rules, store
 from .job import LEASE_MARGIN_SECONDS, Job  # noqa: F401 (part of the queue's face)
 from .receiver_text import storable

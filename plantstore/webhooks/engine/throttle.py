@@ -33,8 +33,8 @@ delivery store keeps the buckets (``store.DeliveryStore``'s ``throttle_*``).
 """
 import collections
 
-from ... import metrics
 from ...db import clock, database
+from ...observability import metrics
 from . import backlog, store
 
 

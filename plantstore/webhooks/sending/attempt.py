@@ -20,8 +20,8 @@ attempt, no breaker move.
 import dataclasses
 import time
 
-from ... import metrics
 from ...db import DATABASE_FAILURES, database
+from ...observability import metrics
 from ..engine import queue
 from . import own_trouble, sender
 

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 
-from ... import metrics
+from ...observability import metrics
 
 log = logging.getLogger(__name__)
 

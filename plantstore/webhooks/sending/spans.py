@@ -1,5 +1,5 @@
 """The webhook queue's traces, all cheap no-ops while tracing is off
-(``plantstore/tracing.py`` sets tracing up):
+(``plantstore/observability/tracing.py`` sets tracing up):
 
 - ``current_traceparent`` (stored with a delivery), ``capture_context`` and
   ``run_in_context`` (to carry a request's context to a sender thread),
@@ -18,7 +18,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from ... import tracing
+from ...observability import tracing
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 

@@ -12,7 +12,7 @@ import os
 import threading
 import time
 
-from ... import metrics
+from ...observability import metrics
 from ..engine import backlog, throttle
 from .attempt import FINISH_MARGIN_SECONDS, attempt_and_put
 from .outcome_writer import OutcomeWriter

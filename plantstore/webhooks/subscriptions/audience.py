@@ -9,7 +9,7 @@ Who hears about a new plant is SQL, in the stores: SQLite's ``audience``
 query (``webhooks/engine/store/sqlite.sql``) and PostgreSQL's store functions
 (``migrations/functions/plantstore_store_plant_v2.sql``).
 """
-from ...models import Subscription
+from ...db.models import Subscription
 
 
 def visible_to(caller):

@@ -7,9 +7,9 @@ import re
 from flask import current_app, g, request
 from flask_smorest import abort
 
-from ...api import Blueprint, json_response, no_content
-from ...auth import WEBHOOKS_READ, WEBHOOKS_WRITE
-from ...models import Attempt, Delivery, Subscription
+from ...db.models import Attempt, Delivery, Subscription
+from ...web.api import Blueprint, json_response, no_content
+from ...web.auth import WEBHOOKS_READ, WEBHOOKS_WRITE
 from ..config import settings_of
 from ..engine import queue
 from ..sending import signing, ssrf

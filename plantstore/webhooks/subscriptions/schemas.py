@@ -7,8 +7,8 @@ bearer tokens in none.
 import marshmallow as ma
 from marshmallow import validate
 
-from ...fields import IntegerText, QueryArgsSchema, Text, UtcDateTime, UtcTimestamp
-from ...models import Delivery
+from ...db.models import Delivery
+from ...web.fields import IntegerText, QueryArgsSchema, Text, UtcDateTime, UtcTimestamp
 from .receivers import (
     BEARER_MAX_LENGTH,
     BEARER_PATTERN,

@@ -18,8 +18,8 @@ import datetime
 import json
 
 from ...db import clock, database
+from ...db.models import Subscription
 from ...encryption import reveal
-from ...models import Subscription
 from ..sending.signing import new_secret
 from . import store
 

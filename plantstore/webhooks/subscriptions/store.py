@@ -10,8 +10,8 @@ One implementation serves both backends: these are single-row statements
 peewee writes alike on each.
 """
 from ...db import clock, database, for_update
+from ...db.models import Subscription, User
 from ...encryption import seal
-from ...models import Subscription, User
 from ..engine import throttle
 
 UNCHANGED = object()

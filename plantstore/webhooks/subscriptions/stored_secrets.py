@@ -14,7 +14,7 @@ from peewee import DatabaseError
 
 from ... import encryption
 from ...db import database, erasure
-from ...models import Subscription
+from ...db.models import Subscription
 from ...settings import SettingError
 from . import store
 

@@ -8,7 +8,7 @@ import pytest
 
 from plantstore import create_app, db
 from plantstore.db import clock
-from plantstore.models import Delivery, Subscription
+from plantstore.db.models import Delivery, Subscription
 from plantstore.webhooks.engine import backlog
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

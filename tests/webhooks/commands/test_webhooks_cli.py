@@ -8,7 +8,7 @@ import pytest
 from helpers import assert_error, create_plant, plantstore_env, run_plantstore
 from plantstore import db
 from plantstore.db import clock
-from plantstore.models import Attempt, Delivery, Subscription, utcnow
+from plantstore.db.models import Attempt, Delivery, Subscription, utcnow
 from plantstore.webhooks.subscriptions import secrets
 from plantstore.webhooks.subscriptions.receivers import BEARER_MAX_LENGTH, URL_MAX_LENGTH
 from plugins.webhooks import RETRY_AT_ONCE, Answer, subscribe, verify, wait_for_attempts

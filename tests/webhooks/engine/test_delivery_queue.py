@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from helpers import POSTGRES_URL, plantstore_env, wait_until, wall_clock_off
 from plantstore.db import clock, database
-from plantstore.models import Attempt, Delivery, Subscription, User
+from plantstore.db.models import Attempt, Delivery, Subscription, User
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue
 from plantstore.webhooks.sending import signing

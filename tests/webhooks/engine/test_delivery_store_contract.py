@@ -7,7 +7,7 @@ import datetime
 import pytest
 
 from plantstore.db import clock
-from plantstore.models import Attempt, Delivery, Subscription, User
+from plantstore.db.models import Attempt, Delivery, Subscription, User
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import rules, store
 from plantstore.webhooks.engine.job import JOB_COLUMNS

@@ -15,7 +15,7 @@ import requests
 
 from helpers import bearer, create_plant, plantstore_env, wait_until
 from plantstore.db import clock
-from plantstore.models import Attempt, Delivery, Subscription
+from plantstore.db.models import Attempt, Delivery, Subscription
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue, throttle
 from plantstore.webhooks.sending.slots import Slots

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from helpers import PLANTSTORE, REPO, bearer, plantstore_env, wait_until
-from plantstore.models import Attempt, Delivery
+from plantstore.db.models import Attempt, Delivery
 from plugins.webhooks import HEADERS_TRICKLED, TRICKLE_EVERY, Answer, subscribe
 
 # An attempt at the hanging receiver lasts its whole deadline (connect +

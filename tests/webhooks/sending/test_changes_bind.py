@@ -11,7 +11,7 @@ import pytest
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from helpers import bearer, post_plant, wait_until
-from plantstore.models import Subscription
+from plantstore.db.models import Subscription
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.sending.worker import Worker
 from plugins.webhooks import PATIENT_SENDS, Answer, store_plants, verify

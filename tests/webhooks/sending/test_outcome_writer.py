@@ -3,7 +3,7 @@ poison, and a bounded backlog the worker waits on before it claims more."""
 import threading
 
 from plantstore.db import clock, database, is_sqlite
-from plantstore.models import Attempt, Delivery
+from plantstore.db.models import Attempt, Delivery
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue
 from plantstore.webhooks.sending import outcome_writer

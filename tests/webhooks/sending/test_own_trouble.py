@@ -11,9 +11,9 @@ import pytest
 from cryptography.fernet import Fernet
 
 from helpers import plantstore_env, run_plantstore
-from plantstore import metrics
 from plantstore.db import database, database_from_url
-from plantstore.models import Attempt, Delivery, Subscription
+from plantstore.db.models import Attempt, Delivery, Subscription
+from plantstore.observability import metrics
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.sending import attempt
 from plantstore.webhooks.sending.worker import Worker

@@ -13,7 +13,7 @@ import pytest
 
 from helpers import plantstore_env, wait_until
 from plantstore.db import clock
-from plantstore.models import Delivery
+from plantstore.db.models import Delivery
 from plugins.webhooks import Answer, overlapping_sends, sleep_until, store_plants, subscribe
 
 ROUNDS = int(os.environ.get("PLANTSTORE_TEST_STOP_ROUNDS", "6"))

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from helpers import bearer, create_plant, wait_until
-from plantstore.models import Attempt, Delivery, Subscription
+from plantstore.db.models import Attempt, Delivery, Subscription
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.sending.worker import Worker
 from plugins.webhooks import PATIENT_SENDS

@@ -9,7 +9,7 @@ import pytest
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from helpers import bearer, create_plant, free_port
-from plantstore.models import Attempt, Delivery, Subscription
+from plantstore.db.models import Attempt, Delivery, Subscription
 from plantstore.webhooks.engine import queue
 from plugins.webhooks import (
     QUICK_TIMEOUTS,

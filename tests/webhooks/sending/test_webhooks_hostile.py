@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from helpers import bearer, create_plant, wait_until
-from plantstore.models import Attempt, Delivery, Subscription
+from plantstore.db.models import Attempt, Delivery, Subscription
 from plantstore.webhooks.config import settings_of, web_sender_of
 from plantstore.webhooks.engine import queue
 from plantstore.webhooks.engine.backlog import oldest_due_age, sendable

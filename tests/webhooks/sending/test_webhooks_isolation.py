@@ -12,7 +12,7 @@ import requests
 
 from helpers import create_plant, wait_until
 from plantstore.db import database, is_sqlite
-from plantstore.models import Attempt, Delivery, Subscription
+from plantstore.db.models import Attempt, Delivery, Subscription
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue
 from plantstore.webhooks.sending.web_sender import WebSender

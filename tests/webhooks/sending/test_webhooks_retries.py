@@ -10,7 +10,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 
 from helpers import create_plant, setting
 from plantstore import create_app
-from plantstore.models import Attempt, Delivery, Subscription
+from plantstore.db.models import Attempt, Delivery, Subscription
 from plantstore.settings import SettingError
 from plantstore.webhooks.sending.sender import parse_retry_after
 from plugins.webhooks import (

@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from helpers import assert_error, bearer
-from plantstore.models import Attempt, Subscription, User
+from plantstore.db.models import Attempt, Subscription, User
 from plantstore.webhooks.sending import ssrf
 from plugins.webhooks import Answer, subscribe, verify, wait_for_attempts
 

@@ -14,8 +14,8 @@ import pytest
 
 from helpers import create_plant, free_port, plantstore_env, run_plantstore, wait_until
 from plantstore.db import clock
-from plantstore.gunicorn import finish_webhook_attempts
-from plantstore.models import Attempt, Delivery, Plant, Subscription
+from plantstore.db.models import Attempt, Delivery, Plant, Subscription
+from plantstore.server.gunicorn import finish_webhook_attempts
 from plantstore.webhooks.config import settings_of, web_sender_of
 from plantstore.webhooks.engine import queue
 from plantstore.webhooks.sending.worker import Worker

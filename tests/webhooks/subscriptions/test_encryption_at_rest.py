@@ -25,7 +25,7 @@ from helpers import (
 )
 from plantstore import encryption
 from plantstore.db import database, erasure
-from plantstore.models import Subscription
+from plantstore.db.models import Subscription
 from plantstore.settings import SettingError
 from plantstore.webhooks.subscriptions import stored_secrets
 from plugins.webhooks import PATIENT_SENDS, store_plants, subscribe, verify

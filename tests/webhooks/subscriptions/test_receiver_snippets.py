@@ -14,7 +14,7 @@ import requests
 from standardwebhooks import Webhook
 
 from helpers import bearer, free_port, wait_until
-from plantstore.models import Delivery
+from plantstore.db.models import Delivery
 from plugins.local_run import code_blocks
 from plugins.webhooks import PATIENT_SENDS, subscribe
 

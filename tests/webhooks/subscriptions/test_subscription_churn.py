@@ -15,7 +15,7 @@ import pytest
 
 from helpers import POSTGRES_URL, bearer, post_plant, wait_until
 from plantstore.db import database
-from plantstore.models import Delivery, Plant, User
+from plantstore.db.models import Delivery, Plant, User
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.sending.worker import Worker
 from plugins.webhooks import PATIENT_SENDS, Answer, subscribe

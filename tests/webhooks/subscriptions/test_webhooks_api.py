@@ -6,8 +6,8 @@ import datetime
 import pytest
 
 from helpers import assert_error, bearer, create_plant, free_port
-from plantstore.auth import READ, WEBHOOKS_READ, WEBHOOKS_WRITE, WRITE
-from plantstore.models import Delivery, Subscription
+from plantstore.db.models import Delivery, Subscription
+from plantstore.web.auth import READ, WEBHOOKS_READ, WEBHOOKS_WRITE, WRITE
 from plantstore.webhooks.subscriptions.receivers import BEARER_MAX_LENGTH, URL_MAX_LENGTH
 from plugins.webhooks import (
     Answer,

@@ -26,7 +26,7 @@ from helpers import (
 )
 from plantstore import db
 from plantstore.db import clock
-from plantstore.models import Attempt, Delivery, Subscription, utcnow
+from plantstore.db.models import Attempt, Delivery, Subscription, utcnow
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue, store
 from plantstore.webhooks.engine.store import postgres as postgres_store
@@ -335,8 +335,8 @@ def test_an_overlap_ends_by_the_databases_clock_whatever_the_senders(
 
 
 def _admin_token(client):
-    from plantstore.auth import issue_token
-    from plantstore.models import User
+    from plantstore.db.models import User
+    from plantstore.web.auth import issue_token
     with client.application.app_context(), db.database.atomic():
         user, _ = User.get_or_create(name="root", defaults={"is_admin": True})
         return issue_token(user)[1]

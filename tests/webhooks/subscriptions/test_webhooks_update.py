@@ -5,8 +5,8 @@ real receiver on loopback (allowed by PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS)."""
 import pytest
 
 from helpers import assert_error, bearer, create_plant, wait_until
-from plantstore.auth import WEBHOOKS_READ
-from plantstore.models import Delivery, Subscription
+from plantstore.db.models import Delivery, Subscription
+from plantstore.web.auth import WEBHOOKS_READ
 from plantstore.webhooks.subscriptions.receivers import RATE_LIMIT_MAX
 from plugins.webhooks import PATIENT_SENDS, run_worker, verify, wait_for_attempts
 

@@ -18,10 +18,10 @@ import os
 
 from peewee import DatabaseError, IntegrityError
 
-from ....auth import TokenRefused
 from ....db import database
-from ....idempotency import KeyTaken
-from ....named_sql import Queries
+from ....db.named_sql import Queries
+from ....web.auth import TokenRefused
+from ....web.idempotency import KeyTaken
 from ..rules import BreakerState
 from . import SubscriptionsChanging, new_message_id
 

@@ -14,7 +14,7 @@ import json
 import os
 
 from ....db import clock, database
-from ....named_sql import Queries
+from ....db.named_sql import Queries
 from .. import rules
 from ..rules import BreakerState
 from . import new_message_id

@@ -1,0 +1,206 @@
+"""Operators' commands for deliveries and the worker: ``plantstore
+deliveries`` (inspect, sum up, re-send, recover, purge) and ``plantstore worker``.
+
+Output meant for scripts goes to stdout; failures are explained on stderr
+with a non-zero exit. Every command runs inside the app's context.
+"""
+import signal
+
+import click
+from flask import current_app
+from flask.cli import AppGroup, with_appcontext
+from marshmallow import ValidationError
+from peewee import DatabaseError, fn
+
+from .. import db
+from ..db.models import Attempt, Delivery
+from ..observability import tracing
+from ..observability.logs import one_line
+from ..web.fields import UtcTimestamp
+from ..webhooks.config import settings_of
+from ..webhooks.engine import backlog, queue
+from ..webhooks.sending.worker import Worker
+from ..webhooks.subscriptions import stored_secrets
+from .params import DELIVERY_ID, LIST_LIMIT, ROW_ID, days
+from .webhooks import find_delivery, find_subscription, send_now, when
+
+
+def parse_since(ctx, param, text):
+    """An RFC 3339 time with an offset, as naive UTC (read as the API reads
+    ``since``); a usage error otherwise."""
+    try:
+        return UtcTimestamp().deserialize(text)
+    except ValidationError as error:
+        # The field's messages show a valid time, as the API's do.
+        raise click.BadParameter(f"{text!r}: {' '.join(error.messages)}") from None
+
+
+@click.group("deliveries", cls=AppGroup)
+def deliveries_cli():
+    """Inspect and re-send webhook deliveries."""
+
+
+@deliveries_cli.command("list")
+@click.option("--status", type=click.Choice([Delivery.PENDING, Delivery.FAILED,
+                                             Delivery.DELIVERED]),
+              help="Only deliveries in this state.")
+@click.option("--limit", type=LIST_LIMIT, default=100, show_default=True,
+              help="Show at most this many, newest first.")
+def deliveries_list(status, limit):
+    """List deliveries: id, state, subscription, webhook-id, attempts, then the
+    next attempt (pending), the delivery time, or the last error (a
+    receiver's text, escaped: ``one_line``)."""
+    query = Delivery.select().order_by(Delivery.id.desc()).limit(limit)
+    if status:
+        query = query.where(Delivery.status == status)
+    for delivery in query:
+        if delivery.status == Delivery.DELIVERED:
+            detail = f"delivered {when(delivery.delivered_at)}"
+        elif delivery.status == Delivery.PENDING:
+            detail = f"next {when(delivery.next_attempt_at)}"
+            if delivery.last_error:
+                detail += f"  last error: {one_line(delivery.last_error)}"
+        else:
+            detail = f"last error: {one_line(delivery.last_error or '-')}"
+        click.echo(f"{delivery.id}\t{delivery.status}\t{delivery.subscription_id}\t"
+                   f"{delivery.message_id}\t{delivery.attempts}\t{detail}")
+
+
+@deliveries_cli.command("summary")
+def deliveries_summary():
+    """Count deliveries by state, and say how long the oldest due one (pending,
+    due, held by no sender) has waited for a worker, by the database's clock."""
+    counts = dict(Delivery.select(Delivery.status, fn.COUNT(Delivery.id))
+                  .group_by(Delivery.status).tuples())
+    for status in (Delivery.PENDING, Delivery.DELIVERED, Delivery.FAILED):
+        click.echo(f"{status}\t{counts.get(status, 0)}")
+    age = backlog.oldest_due_age()
+    click.echo(f"oldest due age\t{age:.0f} s" + ("" if age else " (none due)"))
+
+
+@deliveries_cli.command("show")
+@click.argument("delivery_id", type=DELIVERY_ID)
+def deliveries_show(delivery_id):
+    """Show delivery DELIVERY_ID and every attempt at it (what a receiver or a
+    client sent shown escaped, ``one_line``)."""
+    delivery = find_delivery(delivery_id)
+    subscription = delivery.subscription
+    lines = [
+        f"delivery:     {delivery.id}",
+        f"webhook-id:   {delivery.message_id}",
+        f"event:        {delivery.event_type}",
+        f"subscription: {subscription.id} {one_line(subscription.url)}",
+        f"status:       {delivery.status}",
+        f"created:      {when(delivery.created_at)}",
+    ]
+    if delivery.traceparent:  # version-traceid-spanid-flags
+        lines.append(f"trace id:     {delivery.traceparent.split('-')[1]}")
+    if delivery.status == Delivery.PENDING:
+        lines.append(f"next attempt: {when(delivery.next_attempt_at)}")
+    if delivery.delivered_at:
+        lines.append(f"delivered:    {when(delivery.delivered_at)}")
+    if delivery.last_error:
+        lines.append(f"last error:   {one_line(delivery.last_error)}")
+    lines.append(f"payload:      {one_line(delivery.payload)}")
+    attempts = list(Attempt.select().where(Attempt.delivery == delivery.id)
+                    .order_by(Attempt.started_at, Attempt.id))
+    lines.append(f"attempts:     {len(attempts)}")
+    for attempt in attempts:
+        if attempt.status_code is not None:
+            answer = f"HTTP {attempt.status_code}"
+            if attempt.error:
+                answer += f" {attempt.error}"
+        else:
+            answer = attempt.error or "no answer"
+        lines.append(f"  {when(attempt.started_at)}\t{one_line(answer)}\t"
+                     f"{attempt.duration_ms} ms")
+        if attempt.response_body:
+            lines.append(f"    body: {one_line(attempt.response_body)}")
+    click.echo("\n".join(lines))
+
+
+@deliveries_cli.command("retry")
+@click.argument("delivery_id", type=DELIVERY_ID)
+def deliveries_retry(delivery_id):
+    """Re-send DELIVERY_ID now, with the same webhook-id.
+
+    If this attempt fails, the delivery goes through the retry schedule again.
+    """
+    send_now(delivery_id)
+
+
+@deliveries_cli.command("recover")
+@click.option("--subscription", "subscription_id", type=ROW_ID, required=True,
+              help="The subscription whose failed deliveries to send again.")
+@click.option("--since", required=True, callback=parse_since, metavar="TIME",
+              help="RFC 3339 time (e.g. 2026-01-31T12:00:00Z); failed deliveries "
+                   "created since then are sent again.")
+def deliveries_recover(subscription_id, since):
+    """Queue again every failed delivery of a subscription created since TIME,
+    each with its webhook-id; the workers send them."""
+    subscription = find_subscription(subscription_id)
+    if not subscription.is_active:
+        raise click.ClickException(
+            f"subscription {subscription_id} is disabled; enable it first with "
+            f"`plantstore webhooks enable {subscription_id}`")
+    queued = queue.recover(subscription_id, since)
+    click.echo(f"queued {queued} failed deliveries of subscription {subscription_id} again")
+
+
+@deliveries_cli.command("purge")
+@click.option("--older-than", "days", type=days(3650), metavar="DAYS",
+              help="Age in days (default: PLANTSTORE_WEBHOOK_RETENTION_DAYS).")
+def deliveries_purge(days):
+    """Delete delivered and failed deliveries older than DAYS, with their
+    attempts, in small batches; pending ones are never deleted."""
+    days = days or settings_of(current_app).retention_days
+    deleted = queue.purge(days)
+    click.echo(f"deleted {deleted} deliveries older than {days} days")
+
+
+@click.command("worker")
+@with_appcontext
+@click.option("--once", is_flag=True,
+              help="Deliver what is due now, then exit (for cron or tests).")
+def worker_cli(once):
+    """Deliver due webhook deliveries: forever, or just once.
+
+    Stops on SIGTERM or SIGINT within one attempt's deadline (connect + read
+    timeout): no new attempts start, those under way end and are recorded.
+    Several workers may run at once against the same database.
+    """
+    _refuse_a_database_without_its_migrations(once)
+    stored_secrets.check_at_start()  # refuses to start with secrets no key opens
+    worker = Worker(settings_of(current_app))
+    tracing.start()  # when the OTEL_* variables turn it on
+    try:
+        if once:
+            tally = worker.run_once()
+            click.echo(", ".join(f"{kind} {count}" for kind, count in sorted(tally.items()))
+                       or "nothing due")
+            return
+        previous = {sig: signal.signal(sig, lambda *_: worker.stop())
+                    for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            worker.run_forever()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    finally:
+        tracing.shutdown()  # the last spans, within tracing.FLUSH_SECONDS
+
+
+def _refuse_a_database_without_its_migrations(once):
+    """One line, exit 1, when the database lacks migrations this release
+    needs. A database that does not answer is for ``--once`` one line too;
+    a worker that runs on waits for it, as through any outage."""
+    try:
+        missing = db.missing_migrations()
+    except DatabaseError:
+        if once:
+            raise
+        return
+    if missing:
+        raise click.ClickException(
+            f"the database lacks {len(missing)} migration{'s' if len(missing) > 1 else ''} "
+            f"this release needs ({missing[0]} first): run `plantstore db upgrade`")
