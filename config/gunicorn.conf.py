@@ -68,7 +68,7 @@ workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2)
 # 100 behind nginx (0.82x), serves half the creates, and serves one request
 # per process: a slow client (without nginx), a stalled SQLite writer or a
 # locked PostgreSQL table then holds every process, and /healthz with it
-# (tests/storage/test_sqlite_stall.py fails on sync). Threads keep a worker
+# (tests/db/test_sqlite_turns.py fails on sync). Threads keep a worker
 # answering while some of its requests wait.
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gthread")
 # Eight threads, chosen on PostgreSQL (make bench-ab, 5 alternating runs of

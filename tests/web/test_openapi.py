@@ -87,7 +87,7 @@ def test_document_names_the_api_and_its_versions(document):
 
 
 def test_document_describes_exactly_the_three_plant_operations(document):
-    # The webhook routes are pinned in test_webhooks_api.py.
+    # The webhook routes are pinned in test_routes.py.
     assert {op for op in operations(document) if op[0].startswith("/plants")} == set(STATUSES)
 
 

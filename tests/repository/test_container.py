@@ -17,7 +17,7 @@ is skipped, saying which is missing, without them. It makes and drops a
 database of its own on the PostgreSQL server the suite runs on, and runs
 once per `make test`, in the PostgreSQL pass:
 
-    make test-postgres PYTEST_ARGS='tests/operations/test_container.py -s'
+    make test-postgres PYTEST_ARGS='tests/repository/test_container.py -s'
 
 (`-s` shows the image's size, start-up and stop times.)
 """

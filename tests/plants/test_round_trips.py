@@ -2,7 +2,7 @@
 
 A real gunicorn serves a database on a throwaway cluster that counts
 top-level statements (``pg_stat_statements``, BEGIN and COMMIT included;
-see ``api/conftest.py``). After a warm-up the counts are reset, the
+see ``plants/conftest.py``). After a warm-up the counts are reset, the
 test makes REQUESTS requests of one kind, one after another, and divides.
 A failure prints every statement counted, with its calls per request, so
 the statements to remove are in front of whoever reads it.

@@ -356,7 +356,7 @@ def test_api4_a_gunicorn_worker_survives_every_abuse_and_answers_in_json(
 
 def test_api7_only_post_webhooks_registers_one_and_never_for_an_internal_address(
         app, client, alice, admin):
-    # The address policy itself is pinned in test_webhooks_ssrf.py.
+    # The address policy itself is pinned in test_ssrf.py.
     refused = client.post("/webhooks", json={"url": "http://169.254.169.254/"},
                           headers=bearer(admin))
     assert "url" in assert_error(refused, 400)["details"]

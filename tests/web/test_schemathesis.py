@@ -55,7 +55,7 @@ WEBHOOK_REGISTRATION_ANSWERS = [*POSITIVE_DATA_ANSWERS, "400"]
 # reused with another body is then a 422, and a replayed create whose plant
 # was deleted since reads as "created resource not found". Each well-formed
 # key is made unique per request; malformed ones stay, for the negative
-# checks. Replays, 422 and 409 are pinned by tests/api/test_idempotency.py.
+# checks. Replays, 422 and 409 are pinned by tests/web/test_idempotency.py.
 UNIQUE_KEYS_HOOK = """
 import re
 import uuid

@@ -3,7 +3,7 @@ without them.
 
 In-process tests collect spans with the SDK's in-memory exporter; the
 end-to-end ones run gunicorn and ``plantstore worker`` against a real OTLP
-collector on loopback (``operations/conftest.py``) and follow one trace from the
+collector on loopback (``observability/conftest.py``) and follow one trace from the
 caller to the receiver.
 """
 import json
