@@ -8,6 +8,7 @@ from .observability.logs import init_logging
 from .observability.metrics import init_metrics
 from .observability.tracing import init_app as init_tracing
 from .plants.routes import blp as plants_blp
+from .plants.schemas import NewPlantSchema
 from .web.api import Api, App
 from .web.body.framing import Request
 from .web.errors import register_error_handlers
@@ -46,7 +47,7 @@ def create_app(config=None):
     register_converters(app, api)
     api.register_blueprint(plants_blp)
     api.register_blueprint(webhooks_blp)
-    complete_spec(app, api)
+    complete_spec(app, api, NewPlantSchema)
 
     app.register_blueprint(health_blp)
 

@@ -47,6 +47,7 @@ from peewee import EXCLUDED, Select, Value
 
 from ..db import clock, database
 from ..db.models import IdempotencyKey
+from ..webhooks.engine.store import KeyTaken
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -104,16 +105,6 @@ class KeyClaim:
     status: int | None = None
     content_type: str | None = None
     body: str | None = None
-
-
-class KeyTaken(Exception):
-    """A create's statement did not claim its key, and wrote nothing: whether
-    the key's lock was free, and the key's committed row as found
-    (fingerprint, status, content type, body, expired; all None if none)."""
-
-    def __init__(self, held, *found):
-        super().__init__("the idempotency key is taken")
-        self.held, self.found = held, found
 
 
 def answering(response):

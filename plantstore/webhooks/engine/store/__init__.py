@@ -22,6 +22,21 @@ class SubscriptionsChanging(Exception):
     stored (a 503 that asks to try again, never a 409)."""
 
 
+class TokenRefused(Exception):
+    """A create that checked its caller's token in its own statement found
+    it not valid now with its scope, and wrote nothing."""
+
+
+class KeyTaken(Exception):
+    """A create's statement did not claim its ``Idempotency-Key``, and wrote
+    nothing: whether the key's lock was free, and the key's committed row as
+    found (fingerprint, status, content type, body, expired; all None if none)."""
+
+    def __init__(self, held, *found):
+        super().__init__("the idempotency key is taken")
+        self.held, self.found = held, found
+
+
 def new_message_id():
     """A delivery's webhook-id, unique to it."""
     return f"msg_{uuid.uuid4().hex}"
@@ -80,8 +95,8 @@ class DeliveryStore(Protocol):
         once per backend), together; their job rows, leased to the caller
         unless the receiver's breaker is open. ``IntegrityError`` if the
         plant's id is taken. PostgreSQL's fast path does it in one statement
-        that also checks ``token`` (``auth.TokenRefused``) and claims
-        ``key_claim`` (``idempotency.KeyTaken``); SQLite, in one transaction
+        that also checks ``token`` (``TokenRefused``) and claims
+        ``key_claim`` (``KeyTaken``); SQLite, in one transaction
         nested in the caller's, which checked the token and claimed the key."""
 
     def due_candidates(self, most, due_by):
