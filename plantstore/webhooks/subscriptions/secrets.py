@@ -19,39 +19,11 @@ import json
 
 from ...db import clock, database
 from ...db.models import Subscription
-from ...encryption import reveal
-from ..sending.signing import new_secret
+from ..receivers.secrets import new_secret, retired, stored
 from . import store
 
 MAX_RETIRED_SECRETS = 4
 """Rotated-out secrets that may sign at once (so at most five signatures)."""
-
-
-def retired(subscription, now):
-    """The rotated-out secrets of ``subscription`` still signing at ``now``:
-    (secret, expires_at) pairs, newest first."""
-    entries = json.loads(subscription.retired_secrets or "[]")
-    pairs = [(entry["secret"], datetime.datetime.fromisoformat(entry["expires_at"]))
-             for entry in entries]
-    return [(secret, expires) for secret, expires in pairs if expires > now]
-
-
-def signing_secrets(subscription):
-    """The secrets that sign its messages: the current one first, then every
-    one rotated out that it keeps (no clock is read here: see the module),
-    decrypted (``encryption.SecretUnreadable`` if no configured key opens one)."""
-    entries = json.loads(subscription.retired_secrets or "[]")
-    return tuple(reveal(stored) for stored in
-                 (subscription.secret, *(entry["secret"] for entry in entries)))
-
-
-def _stored(pairs):
-    """(secret, expires_at) pairs as ``retired_secrets`` keeps them (NULL: none);
-    each secret as it is stored (encrypted or not, see ``plantstore.encryption``)."""
-    if not pairs:
-        return None
-    return json.dumps([{"secret": secret, "expires_at": until.isoformat()}
-                       for secret, until in pairs])
 
 
 def drop_ended_overlaps():
@@ -67,7 +39,7 @@ def drop_ended_overlaps():
         if len(kept) < len(json.loads(subscription.retired_secrets)):
             changed += store.rewrite_if_unchanged(
                 subscription.id, {"retired_secrets": subscription.retired_secrets},
-                {"retired_secrets": _stored(kept)})
+                {"retired_secrets": stored(kept)})
     return changed
 
 
@@ -97,5 +69,5 @@ def rotate(subscription_id, overlap_hours):
         dropped = max(0, len(kept) - MAX_RETIRED_SECRETS)
         kept = sorted(kept, key=lambda pair: pair[1], reverse=True)[:MAX_RETIRED_SECRETS]
         secret = new_secret()
-        store.replace_secret(subscription_id, secret, _stored(kept))
+        store.replace_secret(subscription_id, secret, stored(kept))
     return Rotation(secret, expires, dropped)

@@ -30,6 +30,7 @@ from plantstore.db.models import Attempt, Delivery, Subscription, utcnow
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue, store
 from plantstore.webhooks.engine.store import postgres as postgres_store
+from plantstore.webhooks.receivers import secrets as receiver_secrets
 from plantstore.webhooks.sending.maintenance import Maintenance
 from plantstore.webhooks.sending.worker import Worker
 from plantstore.webhooks.subscriptions import secrets
@@ -352,7 +353,7 @@ def test_rotations_beyond_the_cap_drop_the_secret_that_would_stop_first(runner):
     assert (f"1 older secret(s) stopped signing early: at most "
             f"{secrets.MAX_RETIRED_SECRETS}") in outputs[-1].stderr
     subscription = Subscription.get_by_id(subscription_id)
-    signing = secrets.signing_secrets(subscription)
+    signing = receiver_secrets.signing_secrets(subscription)
     assert len(signing) == secrets.MAX_RETIRED_SECRETS + 1
     assert first not in signing
     assert signing[0] == outputs[-1].stdout.strip()

@@ -24,7 +24,7 @@ from plantstore.db import clock, database
 from plantstore.db.models import Attempt, Delivery, Subscription, User
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue
-from plantstore.webhooks.sending import signing
+from plantstore.webhooks.receivers.secrets import new_secret
 from plantstore.webhooks.sending.sender import SendResult
 from plantstore.webhooks.sending.slots import Slots
 from plantstore.webhooks.sending.web_sender import WebSender
@@ -342,7 +342,7 @@ def test_workers_whose_clocks_disagree_share_the_queue_without_sending_an_event_
 
 def subscription_of(owner):
     """A new subscription of the user ``owner``; its id."""
-    return Subscription.create(owner=User.get(User.name == owner), secret=signing.new_secret(),
+    return Subscription.create(owner=User.get(User.name == owner), secret=new_secret(),
                                url="http://127.0.0.1:9/hook").id
 
 
