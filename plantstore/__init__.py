@@ -40,7 +40,7 @@ def create_app(config=None):
     init_request_ids(app)
     init_metrics(app)
     webhook_gauges.init_app(app)
-    webhook_backlog.init_app(app)
+    webhook_backlog.watch(app.config["WEBHOOK_BACKLOG_WARN_SECONDS"])
     register_error_handlers(app)
 
     api = Api(app, spec_kwargs=spec_kwargs(app))

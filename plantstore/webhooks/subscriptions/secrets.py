@@ -9,38 +9,19 @@ drops the one that would stop signing first, and says so.
 
 An overlap's end is the database's time, and only the database's clock
 judges it: a rotation and the housekeeping that drops ended overlaps
-(``drop_ended_overlaps``) read it, and a sender signs with every secret the
+(``housekeeping/secret_overlaps.py``) read it, and a sender signs with every secret the
 subscription keeps, whatever its own host's clock says. A secret therefore
 signs until the first housekeeping run after its overlap ends.
 """
 import dataclasses
 import datetime
-import json
 
 from ...db import clock, database
-from ...db.models import Subscription
 from ..receivers.secrets import new_secret, retired, stored
 from . import store
 
 MAX_RETIRED_SECRETS = 4
 """Rotated-out secrets that may sign at once (so at most five signatures)."""
-
-
-def drop_ended_overlaps():
-    """Housekeeping: forget the rotated-out secrets whose overlap has ended by
-    the database's clock; how many subscriptions changed. A rotation that
-    changed a subscription meanwhile wins (its own rotation dropped them)."""
-    now = clock.read()
-    changed = 0
-    rotated = (Subscription.select(Subscription.id, Subscription.retired_secrets)
-               .where(Subscription.retired_secrets.is_null(False)))
-    for subscription in rotated:
-        kept = retired(subscription, now)
-        if len(kept) < len(json.loads(subscription.retired_secrets)):
-            changed += store.rewrite_if_unchanged(
-                subscription.id, {"retired_secrets": subscription.retired_secrets},
-                {"retired_secrets": stored(kept)})
-    return changed
 
 
 @dataclasses.dataclass(frozen=True)

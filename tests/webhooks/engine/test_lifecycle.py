@@ -27,11 +27,11 @@ from helpers import (
 from plantstore import db
 from plantstore.db import clock
 from plantstore.db.models import Attempt, Delivery, Subscription, utcnow
+from plantstore.housekeeping.runner import Housekeeping
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue, store
 from plantstore.webhooks.engine.store import postgres as postgres_store
 from plantstore.webhooks.receivers import secrets as receiver_secrets
-from plantstore.webhooks.sending.maintenance import Maintenance
 from plantstore.webhooks.sending.worker import Worker
 from plantstore.webhooks.subscriptions import secrets
 from plugins.webhooks import Answer, store_plants, subscribe, verify, wait_for_attempts
@@ -184,7 +184,7 @@ def test_the_worker_purges_past_retention_in_small_batches(app, runner, monkeypa
     subscription_id, _ = subscribe(runner, "http://127.0.0.1:9/hook")
     seed_deliveries(subscription_id, days_old=40)
     with app.app_context():
-        worker = Worker(settings_of(app))
+        worker = Worker(settings_of(app), Housekeeping())
         thread = threading.Thread(target=worker.run_forever)
         thread.start()
         try:
@@ -304,7 +304,7 @@ def end_overlap(subscription_id, secret, from_database_now):
 
 def run_housekeeping(app):
     """One run of the worker's housekeeping, as a worker makes it."""
-    Maintenance(settings_of(app)).run_if_due(force=True)
+    Housekeeping().run_if_due(settings_of(app), force=True)
 
 
 postgres_clock_only = pytest.mark.skipif(

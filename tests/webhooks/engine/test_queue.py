@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from helpers import POSTGRES_URL, plantstore_env, wait_until, wall_clock_off
 from plantstore.db import clock, database
 from plantstore.db.models import Attempt, Delivery, Subscription, User
+from plantstore.housekeeping.runner import Housekeeping
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue
 from plantstore.webhooks.receivers.secrets import new_secret
@@ -161,7 +162,7 @@ def test_a_worker_gives_back_unsent_a_job_whose_lease_would_end_during_its_attem
     subscribe(runner, receiver.url)
     [job] = store_plants(app, [1], give_back=True)
     short = lease_shorter_than_an_attempt(app)
-    worker = Worker(short)
+    worker = Worker(short, Housekeeping())
     running = threading.Thread(target=worker.run_forever)
     running.start()
     try:

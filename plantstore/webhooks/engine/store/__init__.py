@@ -104,6 +104,10 @@ class DeliveryStore(Protocol):
         dicts of subscription_id, owner_key, breaker_open; at most ``most``
         per subscription (one while its breaker is open)."""
 
+    def oldest_due_age(self):
+        """Seconds the oldest delivery ``due_candidates`` would offer now has
+        been due, by the database's clock; 0.0 when none is."""
+
     def lease(self, shares, probes, due_by, settings):
         """Lease ``shares[subscription id]`` due deliveries of each
         subscription (one whose breaker is open, as ``probes`` says was

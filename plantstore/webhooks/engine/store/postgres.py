@@ -127,6 +127,10 @@ def due_candidates(most, due_by):
     return QUERIES.rows("due_candidates", {"most": most, "due_by": due_by})
 
 
+def oldest_due_age():
+    return float(QUERIES.rows("oldest_due_age")[0]["age_seconds"])
+
+
 def lease(shares, probes, due_by, settings):
     if not shares:
         return []
