@@ -1,7 +1,7 @@
 """The delivery store: the one interface through which the engine reads and
 writes deliveries, with one implementation per backend (as River's drivers
 and Oban's engines): ``postgres`` and ``sqlite``. Every implementation
-passes ``tests/webhooks/engine/test_store_contract.py``.
+passes ``tests/webhooks/engine/store/test_contract.py``.
 
 A store decides nothing: ``webhooks/engine/rules.py`` decides, ``webhooks/engine/queue.py``
 asks the rules and has the store apply what they decided. Its statements
@@ -130,7 +130,7 @@ class DeliveryStore(Protocol):
         the transaction ends (PostgreSQL)."""
 
     def write_outcomes(self, outcomes, moves, settings):
-        """Write ``outcomes`` (``queue.OutcomeRow``) under their leases and
+        """Write ``outcomes`` (``OutcomeRow``) under their leases and
         the breakers' ``moves`` ({id: rules.BreakerMove}); the ids written."""
 
     def sending_settings(self, subscription_ids):
