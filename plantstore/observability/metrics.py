@@ -13,7 +13,7 @@
   a rate limit because its storage (Redis) could not be reached.
 - Gauges read from the database when scraped, registered by the parts that
   own what they measure (``add_scrape_collector``): the webhook backlog and
-  circuit breakers (``webhooks/commands/gauges.py``).
+  circuit breakers (``webhooks/engine/gauges.py``).
 
 Under gunicorn every worker writes its counts into ``PROMETHEUS_MULTIPROC_DIR``
 (set up by ``config/gunicorn.conf.py``) and a scrape adds them all up, so the

@@ -12,7 +12,8 @@ the lease runs out, so a process that dies after the commit delays them but
 never loses them.
 
 The parts: ``engine/`` (a delivery's state), ``sending/`` (the attempts),
-``subscriptions/`` (the API and who hears), ``commands/`` (the operators').
+``subscriptions/`` (the API and who hears), ``receivers/`` (what the last two
+both need); the operators' commands are ``plantstore/cli/``.
 """
 from flask import json
 
