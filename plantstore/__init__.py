@@ -8,6 +8,7 @@ from .observability.logs import init_logging
 from .observability.metrics import init_metrics
 from .observability.tracing import init_app as init_tracing
 from .plants.routes import blp as plants_blp
+from .plants.schemas import NewPlantSchema
 from .web.api import Api, App
 from .web.body.framing import Request
 from .web.errors import register_error_handlers
@@ -39,14 +40,14 @@ def create_app(config=None):
     init_request_ids(app)
     init_metrics(app)
     webhook_gauges.init_app(app)
-    webhook_backlog.init_app(app)
+    webhook_backlog.watch(app.config["WEBHOOK_BACKLOG_WARN_SECONDS"])
     register_error_handlers(app)
 
     api = Api(app, spec_kwargs=spec_kwargs(app))
     register_converters(app, api)
     api.register_blueprint(plants_blp)
     api.register_blueprint(webhooks_blp)
-    complete_spec(app, api)
+    complete_spec(app, api, NewPlantSchema)
 
     app.register_blueprint(health_blp)
 

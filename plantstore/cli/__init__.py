@@ -1,11 +1,11 @@
 """The ``plantstore`` command: the operators' commands, and nothing of Flask's.
 
 ``plantstore db``, ``users`` and ``tokens`` live here, the webhook groups in
-``webhooks/commands/`` (``webhooks.py``, ``deliveries.py``, ``keys.py``). Each command runs in
+``webhooks.py``, ``deliveries.py`` and ``keys.py`` beside it. Each command runs in
 the app's context, prints what a script needs on stdout and explains a
 failure in one line on stderr with a non-zero exit: 2 for a bad argument, 1
 for anything else (an unusable setting, an unreachable database), never a
-traceback. ``plantstore web`` (``web_server.py``) becomes gunicorn once
+traceback. ``plantstore web`` (``server/launch.py``) becomes gunicorn once
 gunicorn's own variables are checked (2 for one it cannot use).
 """
 import os
@@ -79,7 +79,7 @@ def _gave_way(times):
 @db_cli.command("check")
 def db_check():
     """Exit 0 if the database answers a query, 1 (saying why) if not."""
-    db.database.execute_sql("SELECT 1").fetchone()
+    db.answers()
     click.echo("the database answers")
 
 

@@ -14,6 +14,7 @@ from peewee import DatabaseError, fn
 
 from .. import db
 from ..db.models import Attempt, Delivery
+from ..housekeeping.runner import Housekeeping
 from ..observability import tracing
 from ..observability.logs import one_line
 from ..web.fields import UtcTimestamp
@@ -171,7 +172,7 @@ def worker_cli(once):
     """
     _refuse_a_database_without_its_migrations(once)
     stored_secrets.check_at_start()  # refuses to start with secrets no key opens
-    worker = Worker(settings_of(current_app))
+    worker = Worker(settings_of(current_app), Housekeeping())
     tracing.start()  # when the OTEL_* variables turn it on
     try:
         if once:

@@ -17,8 +17,10 @@ from ..db.models import Delivery, Subscription
 from ..observability.logs import one_line
 from ..webhooks.config import settings_of
 from ..webhooks.engine import queue, throttle
-from ..webhooks.sending import own_trouble, sender, signing
-from ..webhooks.subscriptions import receivers, secrets
+from ..webhooks.receivers import registration
+from ..webhooks.receivers import secrets as receiver_secrets
+from ..webhooks.sending import own_trouble, sender
+from ..webhooks.subscriptions import secrets
 from ..webhooks.subscriptions import store as subscription_store
 from .params import ROW_ID
 
@@ -31,20 +33,20 @@ def when(moment):
 
 
 def validate_url(ctx, param, url):
-    """The URL if a receiver may have it (``receivers.url_problem``, as the
+    """The URL if a receiver may have it (``registration.url_problem``, as the
     API checks); a usage error otherwise."""
-    problem = receivers.url_problem(url)
+    problem = registration.url_problem(url)
     if problem:
         raise click.BadParameter(problem)
     return url
 
 
 def validate_bearer(ctx, param, token):
-    """The token if it can be sent to a receiver (``receivers.bearer_problem``,
+    """The token if it can be sent to a receiver (``registration.bearer_problem``,
     as the API checks); a usage error otherwise."""
     if token is None:
         return None
-    problem = receivers.bearer_problem(token)
+    problem = registration.bearer_problem(token)
     if problem:
         raise click.BadParameter(problem)
     return token
@@ -76,15 +78,14 @@ def webhooks_cli():
 @click.option("--bearer", metavar="TOKEN", callback=validate_bearer,
               help="Sent to the receiver as `Authorization: Bearer TOKEN`.")
 @click.option("--rate-limit", "rate_limit", metavar="N",
-              type=click.IntRange(1, receivers.RATE_LIMIT_MAX),
+              type=click.IntRange(1, registration.RATE_LIMIT_MAX),
               help="Send the receiver at most N deliveries a second (default: no limit).")
 def webhooks_add(url, bearer, rate_limit):
     """Send every new plant to URL; prints {"id", "url", "secret"} as JSON.
 
     The signing secret is shown only this once.
     """
-    secret = signing.new_secret()
-    subscription = subscription_store.add(None, url, bearer or None, rate_limit, secret)
+    subscription, secret = subscription_store.add(None, url, bearer or None, rate_limit)
     click.echo(json.dumps({"id": subscription.id, "url": url, "secret": secret}))
 
 
@@ -96,7 +97,7 @@ def webhooks_list():
     for subscription in Subscription.select().order_by(Subscription.id):
         state = ("active" if subscription.is_active
                  else f"disabled ({one_line(subscription.disabled_reason or 'by an operator')})")
-        retired = secrets.retired(subscription, now)
+        retired = receiver_secrets.retired(subscription, now)
         rotation = (f"{len(retired)} previous secret(s) sign until "
                     f"{when(max(until for _, until in retired))}"
                     if retired else "one secret")

@@ -14,8 +14,9 @@ from peewee import DatabaseProxy, InterfaceError, OperationalError, SqliteDataba
 from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase
 
 from ..settings import SettingError
-from .runner import GivingWayRunner, upgrading
+from .runner import GivingWayRunner
 from .sqlite_turns import DEFAULT_WRITE_WAIT_SECONDS, FILE_REPLACED, TurnTakingSqliteDatabase
+from .upgrade_lock import upgrading
 
 log = logging.getLogger(__name__)
 
@@ -111,12 +112,10 @@ class Statement:
     """SQL text every request runs, prepared once per database and run with
     fresh values, as the driver reads and takes them (no field conversion).
 
-    Kept for the token lookup, the list pages and a create's writes on
-    SQLite: building and compiling their peewee queries cost more than
-    running them (measured with timeit on SQLite: the token lookup 100 µs to
-    build and compile, a list page 90 µs; running a compiled one 5 µs, of
-    requests of 300-400 µs; a create on SQLite 360 µs of CPU in all, against
-    860 µs with its plant, audience and delivery as peewee queries). In the
+    Kept for the token lookup and the list pages: building and compiling
+    their peewee queries cost more than running them (measured with timeit
+    on SQLite: the token lookup 100 µs to build and compile, a list page
+    90 µs; running a compiled one 5 µs, of requests of 300-400 µs). In the
     text, ``{p}`` marks a parameter and ``{now}`` the database's current
     time (see ``clock``). Everything else is plain peewee.
     """
@@ -141,6 +140,12 @@ class Statement:
     def rows(self, *values):
         """Run the statement with ``values``; the driver's rows, as tuples."""
         return self.execute(*values).fetchall()
+
+
+def answers():
+    """Run one query on the bound database (``plantstore db check``): raises
+    if it cannot."""
+    database.execute_sql("SELECT 1").fetchone()
 
 
 def configured_database(config):
@@ -221,7 +226,7 @@ and the names of those ``--expand`` left for after the rollout."""
 
 def upgrade(expand=False, say=log.info):
     """Apply every pending migration, one upgrade of the database at a time
-    (``db.runner.upgrading``: waiting for another, blocked migrations
+    (``db.upgrade_lock.upgrading``: waiting for another, blocked migrations
     and why are told through ``say``); an ``Upgraded``.
 
     With ``expand``, stop before the first pending migration marked

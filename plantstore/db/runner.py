@@ -25,24 +25,16 @@ each through ``giving_way``, one table per transaction; 0013 tries each
 table's change the same way in its own loop. SQLite takes a database-wide
 write lock with its own write wait: nothing to add there.
 
-An operator runs it blind (``upgrading``): one upgrade at a time per
-database (two web units starting together each run one), the second
-waiting and saying whom for; a migration kept from its locks says so at
-most every ``PROGRESS_SECONDS``, and one that gives up names the table, the
-session holding it and what to do (``UpgradeError``).
+An operator runs it blind (``upgrade_lock.upgrading``: one upgrade at a time
+per database); a migration kept from its locks says so at most every
+``PROGRESS_SECONDS``, and one that gives up names the table, the session
+holding it and what to do (``UpgradeError``).
 """
 import collections
-import contextlib
-import datetime
-import fcntl
 import logging
-import os
 import random
-import socket
-import threading
 import time
 
-from peewee import SqliteDatabase
 from playhouse.migrate import PostgresqlMigrator
 from playhouse.migrations import Runner
 
@@ -71,17 +63,6 @@ PAUSE_SECONDS = (0.05, 0.25)
 
 PROGRESS_SECONDS = 5.0
 """A blocked migration, or an upgrade waiting for another, says so at most this often."""
-
-WAIT_FOR_OTHER_UPGRADE_SECONDS = 1800
-"""How long an upgrade waits for another upgrade of the same database to end."""
-
-LOOK_EVERY_SECONDS = 0.25
-"""How often a waiting upgrade tries the lock again, and a running one looks
-for sessions its migrations wait for."""
-
-UPGRADE_LOCK = (1886154356, 1)
-"""The advisory lock (``'plnt'``, 1) an upgrade holds on PostgreSQL."""
-
 
 class UpgradeError(Exception):
     """An upgrade that could not go on, in one line for the operator."""
@@ -180,198 +161,3 @@ class Progress:
         if time.monotonic() - self._said_at >= PROGRESS_SECONDS:
             self._said_at = time.monotonic()
             self.say(line)
-
-
-@contextlib.contextmanager
-def upgrading(database, say):
-    """Hold the database's upgrade lock for the block: on PostgreSQL an
-    advisory lock (``UpgradeSession``), on SQLite an ``flock`` of
-    ``<database>-upgrade``. While another upgrade holds it, wait up to
-    ``WAIT_FOR_OTHER_UPGRADE_SECONDS``, saying whom for through ``say``
-    (``UpgradeError`` after that). Yields the ``UpgradeSession`` watching
-    the migrations' locks on PostgreSQL, whose connections opened inside the
-    block carry the upgrade's ``application_name``; None on SQLite."""
-    if isinstance(database.obj, SqliteDatabase):
-        with _sqlite_upgrade_lock(database.obj.database, say):
-            yield None
-        return
-    params = database.obj.connect_params
-    named = params.get("application_name")
-    params["application_name"] = \
-        f"plantstore db upgrade {os.getpid()}@{socket.gethostname()}"[:63]
-    database.close_idle()  # pooled connections opened before carry no such name
-    session = UpgradeSession(database, say)
-    session.start()
-    try:
-        session.wait_for_turn()
-        yield session
-    finally:
-        session.end()
-        if named is None:
-            del params["application_name"]
-        else:
-            params["application_name"] = named
-        database.close_idle()
-
-
-@contextlib.contextmanager
-def _sqlite_upgrade_lock(path, say):
-    """``flock`` of ``<path>-upgrade``, whose holder writes who it is there."""
-    fd = os.open(f"{path}-upgrade", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        began, progress, holder = time.monotonic(), Progress(say), None
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "a process"
-                _wait_for_other(began, progress, holder)
-        if holder:
-            say(f"waited {time.monotonic() - began:.0f} s for another `plantstore db upgrade` "
-                f"({holder}) to end")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
-        yield
-    finally:
-        os.close(fd)  # releases the flock
-
-
-def _wait_for_other(began, progress, holder):
-    """One pause of an upgrade waiting for ``holder``'s; ``UpgradeError`` once
-    it has waited ``WAIT_FOR_OTHER_UPGRADE_SECONDS``."""
-    waited = time.monotonic() - began
-    if waited > WAIT_FOR_OTHER_UPGRADE_SECONDS:
-        raise UpgradeError(
-            f"another `plantstore db upgrade` ({holder}) still runs after {waited:.0f} s; "
-            "this one applied nothing: run it again once that one has ended")
-    progress(f"waiting for another `plantstore db upgrade` ({holder}) to end")
-    time.sleep(LOOK_EVERY_SECONDS)
-
-
-WAITS_OF_THE_UPGRADE = """
-SELECT coalesce(waiting.relation::regclass::text, 'a row'), blocker.pid, blocker.state,
-       blocker.query_start, blocker.xact_start, blocker.application_name,
-       host(blocker.client_addr), blocker.query
-FROM pg_stat_activity upgrade
-JOIN pg_locks waiting ON waiting.pid = upgrade.pid AND NOT waiting.granted
-CROSS JOIN LATERAL unnest(pg_blocking_pids(upgrade.pid)) AS blocking(pid)
-JOIN pg_stat_activity blocker ON blocker.pid = blocking.pid
-WHERE (upgrade.application_name = %s OR upgrade.pid = ANY(%s))
-  AND upgrade.pid <> pg_backend_pid()
-ORDER BY blocker.xact_start NULLS LAST
-LIMIT 1
-"""
-"""What a session of this upgrade waits for, and the oldest session it waits behind."""
-
-HOLDER_OF_THE_UPGRADE_LOCK = """
-SELECT holder.pid, holder.backend_start, holder.application_name, host(holder.client_addr)
-FROM pg_locks lock JOIN pg_stat_activity holder ON holder.pid = lock.pid
-WHERE lock.locktype = 'advisory' AND lock.granted AND lock.classid = %s AND lock.objid = %s
-  AND lock.objsubid = 2
-  AND lock.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-"""
-"""The session holding another upgrade's lock."""
-
-
-class UpgradeSession(threading.Thread):
-    """A connection of its own holding the upgrade's advisory lock on
-    PostgreSQL in a transaction that lasts the whole upgrade (transaction
-    level, so PgBouncer in transaction mode keeps it on one server
-    connection), and meanwhile watching what the upgrade's own sessions
-    (told by their ``application_name``, or their pid as the runner saw it)
-    wait for: the table and the session holding it, said at most every
-    ``PROGRESS_SECONDS``."""
-
-    def __init__(self, database, say):
-        super().__init__(name="upgrade-session", daemon=True)
-        self.database, self.say = database, say
-        self.application_name = database.obj.connect_params["application_name"]
-        self.migration = None  # the migration running now, set by the runner
-        self.pids = set()  # the runner's sessions (one, unless through PgBouncer)
-        self.blocked = {}  # migration name → what it last waited for
-        self._turn, self._done = threading.Event(), threading.Event()
-        self._error = None
-
-    def run(self):
-        try:
-            with self.database.connection_context(), self.database.atomic():
-                self.database.execute_sql(
-                    "SET LOCAL idle_in_transaction_session_timeout = 0")
-                self._take_the_lock()
-                self._turn.set()
-                progress = Progress(self.say)
-                while not self._done.wait(LOOK_EVERY_SECONDS):
-                    self._look(progress)
-        except Exception as error:  # told to the upgrade by wait_for_turn
-            self._error = error
-            self._turn.set()
-
-    def _take_the_lock(self):
-        began, progress = time.monotonic(), Progress(self.say)
-        holder = None
-        while not self.database.execute_sql(
-                "SELECT pg_try_advisory_xact_lock(%s, %s)", UPGRADE_LOCK).fetchone()[0]:
-            rows = self.database.execute_sql(HOLDER_OF_THE_UPGRADE_LOCK, UPGRADE_LOCK).fetchall()
-            self.database.execute_sql("SELECT pg_stat_clear_snapshot()")
-            holder = "a session that has ended since"
-            if rows:
-                pid, since, application, address = rows[0]
-                holder = (f"PostgreSQL session pid {pid}, {application}, from "
-                          f"{address or 'a local socket'}, connected {_utc(since)}")
-            _wait_for_other(began, progress, holder)
-        if holder:
-            self.say(f"waited {time.monotonic() - began:.0f} s for another "
-                     f"`plantstore db upgrade` ({holder}) to end")
-
-    def _look(self, progress):
-        """Note what the running migration waits for; say it now and then."""
-        migration = self.migration
-        rows = self.database.execute_sql(WAITS_OF_THE_UPGRADE,
-                                         (self.application_name, list(self.pids))).fetchall()
-        self.database.execute_sql("SELECT pg_stat_clear_snapshot()")
-        if migration and rows:
-            self.blocked[migration] = rows[0]
-            progress(f"{migration} waits for a lock on {_waited_for(rows[0])}; "
-                     "giving way to the service and trying again")
-
-    def wait_for_turn(self):
-        """Return once the lock is held; the error that kept it from being."""
-        if not self._turn.wait(WAIT_FOR_OTHER_UPGRADE_SECONDS + 60):
-            raise UpgradeError("the upgrade's lock could not be taken")
-        if self._error is not None:
-            raise self._error
-
-    def end(self):
-        """Release the lock (the transaction ends); wait for the thread."""
-        self._done.set()
-        self.join(timeout=60)
-
-    def blocked_message(self, migration):
-        """The line an upgrade ends with when ``migration`` could not have its locks."""
-        seen = self.blocked.get(migration)
-        if seen is None:
-            return (f"{migration} gave up: every try met a lock the service held (lock "
-                    "timeouts or deadlocks); run `plantstore db upgrade` again when the "
-                    "service is quieter")
-        pid = seen[1]
-        return (f"{migration} gave up waiting for a lock on {_waited_for(seen)}: end that "
-                f"session (SELECT pg_terminate_backend({pid})) or let it finish, then run "
-                "`plantstore db upgrade` again")
-
-
-def _waited_for(row):
-    """A lock wait as the operator reads it: the table and the session holding it."""
-    table, pid, state, query_start, xact_start, application, address, query = row
-    query = " ".join((query or "").split())
-    return (f"table {table}, held by PostgreSQL session pid {pid} ({state}, from "
-            f"{address or 'a local socket'}{f', application {application}' if application else ''}"
-            f"; its transaction began {_utc(xact_start)}, its query {_utc(query_start)}: "
-            f"{query[:80]!r})")
-
-
-def _utc(moment):
-    """A time of pg_stat_activity, as UTC."""
-    if moment is None:
-        return "-"
-    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -13,7 +13,7 @@
   a rate limit because its storage (Redis) could not be reached.
 - Gauges read from the database when scraped, registered by the parts that
   own what they measure (``add_scrape_collector``): the webhook backlog and
-  circuit breakers (``webhooks/commands/gauges.py``).
+  circuit breakers (``webhooks/engine/gauges.py``).
 
 Under gunicorn every worker writes its counts into ``PROMETHEUS_MULTIPROC_DIR``
 (set up by ``config/gunicorn.conf.py``) and a scrape adds them all up, so the
@@ -35,7 +35,7 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from ..server.launch import exit_if_unusable
+from . import metrics_dir
 
 UNMATCHED_ROUTE = "<unmatched>"
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -44,7 +44,7 @@ KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPT
 # as a metric exists; a directory removed meanwhile (a stopped server's)
 # must not make every command fail, and one that cannot be made stops the
 # process (this import, before any command runs) with one line, exit 2.
-exit_if_unusable(os.environ, ["PROMETHEUS_MULTIPROC_DIR"])
+metrics_dir.make_or_exit(os.environ)
 
 REQUESTS = Counter("plantstore_http_requests",
                    "HTTP requests answered, by route template, method and status.",

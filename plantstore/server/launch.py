@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from ..observability import metrics_dir
 from ..settings import SettingError
 
 
@@ -68,13 +69,6 @@ def _socket_path(raw):
         return "must be a path in an existing directory"
 
 
-def _metrics_dir(raw):
-    try:
-        os.makedirs(raw, exist_ok=True)  # as config/gunicorn.conf.py and metrics.py do
-    except OSError as error:
-        return f"must be a directory this user can make and write ({error.strerror})"
-
-
 def host_and_port(bind):
     """``host:port``, ``[v6]:port`` or ``host`` split (the port None when absent)."""
     if bind.startswith("["):
@@ -95,7 +89,7 @@ SERVER_VARIABLES = {
     "GUNICORN_GRACEFUL_TIMEOUT": _whole_number(0, 86400, " of seconds"),
     "LOG_LEVEL": _log_level,
     "GUNICORN_CONTROL_SOCKET": _socket_path,
-    "PROMETHEUS_MULTIPROC_DIR": _metrics_dir,
+    metrics_dir.VARIABLE: metrics_dir.problem,  # made, as config/gunicorn.conf.py does
 }
 """The variables of docs/operating.md's gunicorn table that config/gunicorn.conf.py
 (and gunicorn itself: ``WEB_CONCURRENCY``) reads, each with a check that says
@@ -106,7 +100,7 @@ as it is imported: every process that writes metrics needs it)."""
 OFF_WHEN_EMPTY = ("GUNICORN_BIND", "GUNICORN_CONTROL_SOCKET", "PROMETHEUS_MULTIPROC_DIR")
 """Those of them an empty value leaves unset."""
 
-USAGE_EXIT_STATUS = 2
+USAGE_EXIT_STATUS = metrics_dir.USAGE_EXIT_STATUS
 """The exit status of a server variable gunicorn cannot use, as of a bad
 argument: they are the server's options, given through the environment."""
 

@@ -21,6 +21,7 @@ from werkzeug.exceptions import HTTPException
 
 from ..db import Statement, clock
 from ..db.models import Token
+from ..webhooks.engine.store import TokenRefused
 from .errors import error_response
 
 READ, WRITE = "plants:read", "plants:write"
@@ -43,11 +44,6 @@ class PresentedToken:
     own statement: it needs to be valid now and to carry ``scope``."""
     digest: str
     scope: str
-
-
-class TokenRefused(Exception):
-    """A write that checked its ``PresentedToken`` found it not valid now
-    with its scope, and wrote nothing."""
 
 
 def digest(secret):

@@ -11,7 +11,6 @@ import apispec
 from flask_swagger_ui import get_swaggerui_blueprint
 from werkzeug.routing import BaseConverter
 
-from ..plants.schemas import NewPlantSchema
 from .ratelimit import RateLimitPlugin
 
 API_TITLE = "OpenAPI Plant Store"
@@ -172,13 +171,14 @@ def register_converters(app, api):
         "type": "integer", "format": "int32", "minimum": 1, "maximum": 2 ** 31 - 1})
 
 
-def complete_spec(app, api):
-    """Add what flask-smorest leaves out; call after the blueprints are registered."""
+def complete_spec(app, api, new_plant_schema):
+    """Add what flask-smorest leaves out; call after the blueprints are
+    registered. ``new_plant_schema``: the "New Plant" webhook's payload."""
     api.spec.components.security_scheme(
         "bearerAuth", {"type": "http", "scheme": "bearer",
                        "description": "A plantstore token (pst_...)."})
     if "NewPlant" not in api.spec.components.schemas:
-        api.spec.components.schema("NewPlant", schema=NewPlantSchema)
+        api.spec.components.schema("NewPlant", schema=new_plant_schema)
     # smorest's page-number pagination is not used: plants page by keyset.
     api.spec.components.schemas.pop("PaginationMetadata", None)
     app.register_blueprint(get_swaggerui_blueprint(

@@ -3,8 +3,8 @@
 A create stores its plant and one webhook delivery per subscription that
 hears about it, all or nothing, through the delivery store (enqueueing's
 one door, ``engine.store.DeliveryStore.store_new_plant``): on PostgreSQL
-one statement that also checks the token (``auth.TokenRefused``) and
-claims an ``Idempotency-Key`` (``idempotency.KeyTaken``); on SQLite one
+one statement that also checks the token (``engine.store.TokenRefused``) and
+claims an ``Idempotency-Key`` (``engine.store.KeyTaken``); on SQLite one
 transaction, nested in the idempotency decorator's. The deliveries whose
 receiver's breaker is closed are leased to the calling process, which
 attempts them once committed (``announce``); workers leave them alone until
@@ -12,7 +12,8 @@ the lease runs out, so a process that dies after the commit delays them but
 never loses them.
 
 The parts: ``engine/`` (a delivery's state), ``sending/`` (the attempts),
-``subscriptions/`` (the API and who hears), ``commands/`` (the operators').
+``subscriptions/`` (the API and who hears), ``receivers/`` (what the last two
+both need); the operators' commands are ``plantstore/cli/``.
 """
 from flask import json
 

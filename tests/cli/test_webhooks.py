@@ -9,8 +9,8 @@ from helpers import assert_error, create_plant, plantstore_env, run_plantstore
 from plantstore import db
 from plantstore.db import clock
 from plantstore.db.models import Attempt, Delivery, Subscription, utcnow
-from plantstore.webhooks.subscriptions import secrets
-from plantstore.webhooks.subscriptions.receivers import BEARER_MAX_LENGTH, URL_MAX_LENGTH
+from plantstore.webhooks.receivers import secrets
+from plantstore.webhooks.receivers.registration import BEARER_MAX_LENGTH, URL_MAX_LENGTH
 from plugins.webhooks import RETRY_AT_ONCE, Answer, subscribe, verify, wait_for_attempts
 
 pytestmark = pytest.mark.app_config(RETRY_AT_ONCE)

@@ -13,10 +13,9 @@ import pytest
 from helpers import POSTGRES_URL, assert_error, bearer, free_port, wait_until
 from plantstore import create_app, db
 from plantstore.db.models import Plant, User
+from plantstore.housekeeping.runner import Housekeeping
 from plantstore.web.auth import issue_token
 from plantstore.webhooks.config import settings_of
-from plantstore.webhooks.sending import maintenance
-from plantstore.webhooks.sending.maintenance import Maintenance
 
 PG_BIN = "/usr/lib/postgresql/15/bin"
 
@@ -40,20 +39,8 @@ def test_the_workers_housekeeping_says_nothing_of_its_own_while_the_database_is_
     housekeeping adds no traceback per task and run."""
     app = create_app({"TESTING": True, "DATABASE_URL": url})
     with app.app_context(), caplog.at_level(logging.DEBUG):
-        Maintenance(settings_of(app)).run_if_due(force=True)
+        Housekeeping().run_if_due(settings_of(app), force=True)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
-
-
-def test_a_housekeeping_task_that_fails_for_another_reason_is_logged_with_its_traceback(
-        app, monkeypatch, caplog):
-    def broken(settings):
-        raise ValueError("a bug")
-    monkeypatch.setattr(maintenance, "TASKS", (broken,))
-    with app.app_context(), caplog.at_level(logging.ERROR):
-        Maintenance(settings_of(app)).run_if_due(force=True)
-    [record] = caplog.records
-    assert record.getMessage().startswith("maintenance task broken failed")
-    assert record.exc_info[0] is ValueError
 
 
 @pytest.mark.parametrize("url", _unreachable_urls(), ids=["postgresql", "sqlite"])

@@ -21,7 +21,7 @@ import pytest
 from helpers import REPO
 from plantstore import db
 from plantstore.db.models import Plant, Subscription, User
-from plantstore.webhooks.sending.signing import new_secret
+from plantstore.webhooks.receivers.secrets import new_secret
 
 SCHEMATHESIS = str(Path(sys.executable).with_name("schemathesis"))
 UPSTREAM_DOCUMENT = REPO.parent / "shared" / "reference" / "plant-store.openapi.json"

@@ -15,8 +15,9 @@ import logging
 import threading
 import time
 
-from ...db import DATABASE_FAILURES, clock, database
+from ...db import DATABASE_FAILURES, database
 from ...db.models import Delivery, Subscription
+from . import store
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +36,8 @@ def oldest_due_age():
     """Seconds the oldest due delivery a worker could claim now has waited,
     by the database's clock; 0.0 when none is due. A subscription whose
     breaker is open counts only once its probe is due (its other deliveries
-    wait for the breaker, not for a worker). One indexed read (``delivery_due``)."""
-    with database.atomic():  # one transaction: one now() on PostgreSQL
-        now = clock.read()
-        oldest = (sendable().select(Delivery.next_attempt_at)
-                  .where(Delivery.next_attempt_at <= now,
-                         Delivery.locked_until.is_null() | (Delivery.locked_until <= now),
-                         Subscription.breaker_opened_at.is_null()
-                         | (Subscription.breaker_probe_at <= now))
-                  .order_by(Delivery.next_attempt_at).limit(1).scalar())
-    if oldest is None:
-        return 0.0
-    return max((now - oldest).total_seconds(), 0.0)
+    wait for the breaker, not for a worker). The due rule is the store's."""
+    return max(store.current().oldest_due_age(), 0.0)
 
 
 class BacklogWatch:
@@ -96,13 +87,14 @@ class BacklogWatch:
 
 
 _watch = None
-"""This process's watch, made by ``init_app``."""
+"""This process's watch, made by ``watch``."""
 
 
-def init_app(app):
-    """Watch the backlog of ``app``'s process with its threshold."""
+def watch(threshold):
+    """Watch this process's backlog, warning past ``threshold`` seconds
+    (``PLANTSTORE_WEBHOOK_BACKLOG_WARN_SECONDS``)."""
     global _watch
-    _watch = BacklogWatch(app.config["WEBHOOK_BACKLOG_WARN_SECONDS"])
+    _watch = BacklogWatch(threshold)
 
 
 def note_left_to_workers():

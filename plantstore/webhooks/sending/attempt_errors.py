@@ -16,7 +16,7 @@ import ssl
 
 import requests
 
-from . import ssrf
+from ..receivers import ssrf
 
 # X509_V_ERR_* codes of ssl.SSLCertVerificationError.verify_code
 _CERTIFICATE_PROBLEMS = {

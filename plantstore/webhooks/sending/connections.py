@@ -16,8 +16,9 @@ import collections
 import os
 import threading
 
-from . import ssrf
+from ..receivers import ssrf
 from .deadline import DeadlineAdapter
+from .pinned_address import PinnedAddressAdapter
 
 CONNECTIONS_PER_ORIGIN = 64
 """Keep-alive connections kept per subscription and origin (more may be
@@ -66,4 +67,4 @@ def _new_adapter(policy):
     if policy is None:
         return DeadlineAdapter(**pools)
     allowed, lookup_seconds = policy
-    return ssrf.PinnedAddressAdapter(ssrf.Policy(allowed, lookup_seconds), **pools)
+    return PinnedAddressAdapter(ssrf.Policy(allowed, lookup_seconds), **pools)

@@ -24,7 +24,7 @@ import requests
 from ...db.clock import local_now
 from ...encryption import SecretUnreadable, reveal
 from ..engine.receiver_text import EXCERPT_CHARS, storable
-from ..subscriptions.secrets import signing_secrets
+from ..receivers.secrets import signing_secrets
 from . import attempt_errors, connections, spans
 from .deadline import LeaseRanOut, attempt_deadline
 from .own_trouble import NotSent

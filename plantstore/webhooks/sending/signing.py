@@ -1,20 +1,9 @@
-"""Standard Webhooks signatures: secrets and the three ``webhook-*`` headers.
+"""Standard Webhooks signatures: the three ``webhook-*`` headers.
 
 The HMAC itself is the ``standardwebhooks`` library's, so receivers verify
 with the same code: ``standardwebhooks.Webhook(secret).verify(body, headers)``.
 """
-import base64
-import secrets
-
 from standardwebhooks import Webhook
-
-SECRET_PREFIX = "whsec_"
-SECRET_BYTES = 32
-
-
-def new_secret():
-    """A fresh signing secret: ``whsec_`` and 32 random bytes in base64."""
-    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
 
 
 def signature_headers(message_id, timestamp, payload, signing_secrets):

@@ -17,8 +17,8 @@ clock and fenced by a token, so no event is sent twice at once, whatever
 the hosts' clocks say; an attempt starts only while its lease outlasts it
 (``Job.may_start``), else it is given back. While a receiver's circuit
 breaker is open, its deliveries wait; one probe attempt per cooldown goes
-out (see ``rules``). Between claims the worker runs the housekeeping tasks
-(``maintenance``).
+out (see ``rules``). Between claims the worker runs the housekeeping it was given
+(``plantstore/housekeeping/``).
 """
 import collections
 import concurrent.futures
@@ -31,7 +31,6 @@ from ...db import clock, database, faults, is_unavailable
 from ..engine import queue, throttle
 from . import own_trouble, spans
 from .attempt import FINISH_MARGIN_SECONDS, attempt_and_put
-from .maintenance import Maintenance
 from .outcome_writer import OutcomeWriter
 from .slots import Slots
 
@@ -54,14 +53,14 @@ def idle_wait(poll_interval):
 class Worker:
     """Delivers due deliveries until told to stop, ``worker_threads`` at once at most."""
 
-    def __init__(self, settings):
+    def __init__(self, settings, housekeeping):
         self.settings = settings
+        self.housekeeping = housekeeping  # run between claims (plantstore/housekeeping/)
         self.stopping = threading.Event()
         self.tally = collections.Counter()  # outcome kinds, counted by the writer's thread
         self.slots = Slots(settings.worker_threads, settings.sends_per_receiver, ahead=True,
                            send_bound=settings.send_bound)
         self.writer = OutcomeWriter(settings, on_written=self._count)
-        self.maintenance = Maintenance(settings)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             settings.worker_threads, thread_name_prefix="webhook-send")
         self._last_claim = float("-inf")  # time.monotonic() of the last claim
@@ -164,7 +163,7 @@ class Worker:
             self._start_waiting()  # on the slots the claim's jobs left
             if limit and len(jobs) == limit:
                 continue  # there may be more, for other receivers
-            self.maintenance.run_if_due()
+            self.housekeeping.run_if_due(self.settings)
             if self.slots.held():
                 self.slots.wait_for_release(room.releases, WAKE_SECONDS)
             elif jobs or self.slots.waiting():
@@ -200,7 +199,7 @@ class Worker:
         ends even when a receiver keeps failing with a zero delay.
         """
         try:
-            self.maintenance.run_if_due(force=True)
+            self.housekeeping.run_if_due(self.settings, force=True)
             self._deliver(due_by=clock.read(), until_idle=True)
         finally:
             self._finish()

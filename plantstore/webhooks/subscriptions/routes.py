@@ -12,7 +12,7 @@ from ...web.api import Blueprint, json_response, no_content
 from ...web.auth import WEBHOOKS_READ, WEBHOOKS_WRITE
 from ..config import settings_of
 from ..engine import queue
-from ..sending import signing, ssrf
+from ..receivers import ssrf
 from . import audience, secrets, store
 from .schemas import (
     ROW_ID_MAX,
@@ -95,10 +95,9 @@ def create_subscription(new):
     """
     _check_reachable(new["url"])
     most = current_app.config["WEBHOOK_MAX_PER_USER"]
-    secret = signing.new_secret()
     try:
-        subscription = store.add(g.caller.user_id, new["url"], new.get("bearer"),
-                                 new.get("rate_limit"), secret, most=most)
+        subscription, secret = store.add(g.caller.user_id, new["url"], new.get("bearer"),
+                                         new.get("rate_limit"), most=most)
     except store.TooManySubscriptions as refused:
         abort(409, message=f"You already hold {refused.held} webhook subscriptions, the "
                            f"most allowed ({most}); delete one first.")

@@ -9,7 +9,7 @@ from marshmallow import validate
 
 from ...db.models import Delivery
 from ...web.fields import IntegerText, QueryArgsSchema, Text, UtcDateTime, UtcTimestamp
-from .receivers import (
+from ..receivers.registration import (
     BEARER_MAX_LENGTH,
     BEARER_PATTERN,
     RATE_LIMIT_MAX,
@@ -28,7 +28,7 @@ DELIVERY_ID_MAX = 2 ** 63 - 1
 
 def refusing(problem_of):
     """A marshmallow validator refusing a value for which ``problem_of``
-    (``receivers.url_problem``, ...) tells a problem, with its sentence."""
+    (``registration.url_problem``, ...) tells a problem, with its sentence."""
     def validator(value):
         problem = problem_of(value)
         if problem:

@@ -9,66 +9,19 @@ drops the one that would stop signing first, and says so.
 
 An overlap's end is the database's time, and only the database's clock
 judges it: a rotation and the housekeeping that drops ended overlaps
-(``drop_ended_overlaps``) read it, and a sender signs with every secret the
+(``housekeeping/secret_overlaps.py``) read it, and a sender signs with every secret the
 subscription keeps, whatever its own host's clock says. A secret therefore
 signs until the first housekeeping run after its overlap ends.
 """
 import dataclasses
 import datetime
-import json
 
 from ...db import clock, database
-from ...db.models import Subscription
-from ...encryption import reveal
-from ..sending.signing import new_secret
+from ..receivers.secrets import new_secret, retired, stored
 from . import store
 
 MAX_RETIRED_SECRETS = 4
 """Rotated-out secrets that may sign at once (so at most five signatures)."""
-
-
-def retired(subscription, now):
-    """The rotated-out secrets of ``subscription`` still signing at ``now``:
-    (secret, expires_at) pairs, newest first."""
-    entries = json.loads(subscription.retired_secrets or "[]")
-    pairs = [(entry["secret"], datetime.datetime.fromisoformat(entry["expires_at"]))
-             for entry in entries]
-    return [(secret, expires) for secret, expires in pairs if expires > now]
-
-
-def signing_secrets(subscription):
-    """The secrets that sign its messages: the current one first, then every
-    one rotated out that it keeps (no clock is read here: see the module),
-    decrypted (``encryption.SecretUnreadable`` if no configured key opens one)."""
-    entries = json.loads(subscription.retired_secrets or "[]")
-    return tuple(reveal(stored) for stored in
-                 (subscription.secret, *(entry["secret"] for entry in entries)))
-
-
-def _stored(pairs):
-    """(secret, expires_at) pairs as ``retired_secrets`` keeps them (NULL: none);
-    each secret as it is stored (encrypted or not, see ``plantstore.encryption``)."""
-    if not pairs:
-        return None
-    return json.dumps([{"secret": secret, "expires_at": until.isoformat()}
-                       for secret, until in pairs])
-
-
-def drop_ended_overlaps():
-    """Housekeeping: forget the rotated-out secrets whose overlap has ended by
-    the database's clock; how many subscriptions changed. A rotation that
-    changed a subscription meanwhile wins (its own rotation dropped them)."""
-    now = clock.read()
-    changed = 0
-    rotated = (Subscription.select(Subscription.id, Subscription.retired_secrets)
-               .where(Subscription.retired_secrets.is_null(False)))
-    for subscription in rotated:
-        kept = retired(subscription, now)
-        if len(kept) < len(json.loads(subscription.retired_secrets)):
-            changed += store.rewrite_if_unchanged(
-                subscription.id, {"retired_secrets": subscription.retired_secrets},
-                {"retired_secrets": _stored(kept)})
-    return changed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,5 +50,5 @@ def rotate(subscription_id, overlap_hours):
         dropped = max(0, len(kept) - MAX_RETIRED_SECRETS)
         kept = sorted(kept, key=lambda pair: pair[1], reverse=True)[:MAX_RETIRED_SECRETS]
         secret = new_secret()
-        store.replace_secret(subscription_id, secret, _stored(kept))
+        store.replace_secret(subscription_id, secret, stored(kept))
     return Rotation(secret, expires, dropped)

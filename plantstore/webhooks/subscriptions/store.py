@@ -13,6 +13,7 @@ from ...db import clock, database, for_update
 from ...db.models import Subscription, User
 from ...encryption import seal
 from ..engine import throttle
+from ..receivers.secrets import new_secret
 
 UNCHANGED = object()
 """A field ``change`` leaves as it is."""
@@ -26,20 +27,22 @@ class TooManySubscriptions(Exception):
         self.held = held
 
 
-def add(owner_id, url, bearer, rate_limit, secret, most=None):
+def add(owner_id, url, bearer, rate_limit, most=None):
     """A new subscription of ``owner_id`` (None: the operator's, hearing about
-    every plant) signed with ``secret``. With ``most``, one add at a time per
-    owner (its user row locked), and ``TooManySubscriptions`` if it already
-    holds that many."""
+    every plant) and the signing secret minted for it, in plain text (shown
+    once). With ``most``, one add at a time per owner (its user row locked),
+    and ``TooManySubscriptions`` if it already holds that many."""
+    secret = new_secret()
     with database.atomic():
         if most is not None:
             for_update(User.select(User.id).where(User.id == owner_id)).execute()
             held = Subscription.select().where(Subscription.owner == owner_id).count()
             if held >= most:
                 raise TooManySubscriptions(held)
-        return Subscription.create(owner=owner_id, url=url, bearer_token=seal(bearer),
-                                   secret=seal(secret), **throttle.limited(rate_limit),
-                                   created_at=clock.read())
+        subscription = Subscription.create(
+            owner=owner_id, url=url, bearer_token=seal(bearer), secret=seal(secret),
+            **throttle.limited(rate_limit), created_at=clock.read())
+    return subscription, secret
 
 
 def change(subscription_id, url=UNCHANGED, bearer=UNCHANGED, rate_limit=UNCHANGED):

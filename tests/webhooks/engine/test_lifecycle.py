@@ -27,10 +27,11 @@ from helpers import (
 from plantstore import db
 from plantstore.db import clock
 from plantstore.db.models import Attempt, Delivery, Subscription, utcnow
+from plantstore.housekeeping.runner import Housekeeping
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue, store
 from plantstore.webhooks.engine.store import postgres as postgres_store
-from plantstore.webhooks.sending.maintenance import Maintenance
+from plantstore.webhooks.receivers import secrets as receiver_secrets
 from plantstore.webhooks.sending.worker import Worker
 from plantstore.webhooks.subscriptions import secrets
 from plugins.webhooks import Answer, store_plants, subscribe, verify, wait_for_attempts
@@ -183,7 +184,7 @@ def test_the_worker_purges_past_retention_in_small_batches(app, runner, monkeypa
     subscription_id, _ = subscribe(runner, "http://127.0.0.1:9/hook")
     seed_deliveries(subscription_id, days_old=40)
     with app.app_context():
-        worker = Worker(settings_of(app))
+        worker = Worker(settings_of(app), Housekeeping())
         thread = threading.Thread(target=worker.run_forever)
         thread.start()
         try:
@@ -303,7 +304,7 @@ def end_overlap(subscription_id, secret, from_database_now):
 
 def run_housekeeping(app):
     """One run of the worker's housekeeping, as a worker makes it."""
-    Maintenance(settings_of(app)).run_if_due(force=True)
+    Housekeeping().run_if_due(settings_of(app), force=True)
 
 
 postgres_clock_only = pytest.mark.skipif(
@@ -352,7 +353,7 @@ def test_rotations_beyond_the_cap_drop_the_secret_that_would_stop_first(runner):
     assert (f"1 older secret(s) stopped signing early: at most "
             f"{secrets.MAX_RETIRED_SECRETS}") in outputs[-1].stderr
     subscription = Subscription.get_by_id(subscription_id)
-    signing = secrets.signing_secrets(subscription)
+    signing = receiver_secrets.signing_secrets(subscription)
     assert len(signing) == secrets.MAX_RETIRED_SECRETS + 1
     assert first not in signing
     assert signing[0] == outputs[-1].stdout.strip()

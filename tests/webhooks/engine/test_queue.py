@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 from helpers import POSTGRES_URL, plantstore_env, wait_until, wall_clock_off
 from plantstore.db import clock, database
 from plantstore.db.models import Attempt, Delivery, Subscription, User
+from plantstore.housekeeping.runner import Housekeeping
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue
-from plantstore.webhooks.sending import signing
+from plantstore.webhooks.receivers.secrets import new_secret
 from plantstore.webhooks.sending.sender import SendResult
 from plantstore.webhooks.sending.slots import Slots
 from plantstore.webhooks.sending.web_sender import WebSender
@@ -161,7 +162,7 @@ def test_a_worker_gives_back_unsent_a_job_whose_lease_would_end_during_its_attem
     subscribe(runner, receiver.url)
     [job] = store_plants(app, [1], give_back=True)
     short = lease_shorter_than_an_attempt(app)
-    worker = Worker(short)
+    worker = Worker(short, Housekeeping())
     running = threading.Thread(target=worker.run_forever)
     running.start()
     try:
@@ -342,7 +343,7 @@ def test_workers_whose_clocks_disagree_share_the_queue_without_sending_an_event_
 
 def subscription_of(owner):
     """A new subscription of the user ``owner``; its id."""
-    return Subscription.create(owner=User.get(User.name == owner), secret=signing.new_secret(),
+    return Subscription.create(owner=User.get(User.name == owner), secret=new_secret(),
                                url="http://127.0.0.1:9/hook").id
 
 

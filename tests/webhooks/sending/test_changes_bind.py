@@ -12,6 +12,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 
 from helpers import bearer, post_plant, wait_until
 from plantstore.db.models import Subscription
+from plantstore.housekeeping.runner import Housekeeping
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.sending.worker import Worker
 from plugins.webhooks import PATIENT_SENDS, Answer, store_plants, verify
@@ -35,7 +36,7 @@ class Drain:
 
     def __init__(self, app, token):
         self.app, self.token = app, token
-        self.workers = [Worker(settings_of(app)) for _ in range(2)]
+        self.workers = [Worker(settings_of(app), Housekeeping()) for _ in range(2)]
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=worker.run_forever, daemon=True)
                          for worker in self.workers]

@@ -12,6 +12,7 @@ import pytest
 
 from helpers import bearer, create_plant, wait_until
 from plantstore.db.models import Attempt, Delivery, Subscription
+from plantstore.housekeeping.runner import Housekeeping
 from plantstore.webhooks.config import settings_of, web_sender_of
 from plantstore.webhooks.engine import queue
 from plantstore.webhooks.engine.backlog import oldest_due_age, sendable
@@ -44,7 +45,7 @@ def subscribe_user(client, token, receiver):
 def deliver_everything(app, timeout):
     """Run a worker over and over until no delivery is pending (or time is up)."""
     def drained():
-        Worker(settings_of(app)).run_once()
+        Worker(settings_of(app), Housekeeping()).run_once()
         return not Delivery.select().where(Delivery.status == Delivery.PENDING).exists()
     wait_until(drained, timeout, interval=0.05, message="every delivery to end")
 

@@ -13,6 +13,7 @@ import requests
 from helpers import create_plant, wait_until
 from plantstore.db import database, is_sqlite
 from plantstore.db.models import Attempt, Delivery, Subscription
+from plantstore.housekeeping.runner import Housekeeping
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue
 from plantstore.webhooks.sending.web_sender import WebSender
@@ -87,7 +88,8 @@ def test_no_worker_sends_an_event_again_while_its_first_attempt_is_open(
     create_plant(client, alice, 1)
     wait_until(lambda: receiver.accepted)
 
-    tally = Worker(settings_of(app)).run_once()  # while the create's attempt trickles
+    # while the create's attempt trickles:
+    tally = Worker(settings_of(app), Housekeeping()).run_once()
 
     assert not tally and Attempt.select().count() == 0
     wait_until(lambda: Attempt.select().count() == 1)
@@ -137,16 +139,17 @@ def test_while_open_workers_send_one_probe_per_cooldown_and_its_success_closes_i
     due_now.where(Subscription.id == subscription_id).execute()
     opened = Subscription.get_by_id(subscription_id)
 
-    assert Worker(settings_of(app)).run_once() == {"retry": 1}  # one probe, still failing
+    # one probe, still failing:
+    assert Worker(settings_of(app), Housekeeping()).run_once() == {"retry": 1}
     assert len(receiver.requests) == 3
     probed = Subscription.get_by_id(subscription_id)  # still open since the same time
     assert probed.failure_streak == 3 and probed.breaker_opened_at == opened.breaker_opened_at
     assert probed.breaker_probe_at > opened.breaker_probe_at
-    assert Worker(settings_of(app)).run_once() == {}  # next probe a cooldown away
+    assert Worker(settings_of(app), Housekeeping()).run_once() == {}  # next probe a cooldown away
 
     receiver.answer = Answer(200)
     due_now.where(Subscription.id == subscription_id).execute()
-    assert Worker(settings_of(app)).run_once() == {"delivered": 5}
+    assert Worker(settings_of(app), Housekeeping()).run_once() == {"delivered": 5}
     subscription = Subscription.get_by_id(subscription_id)
     assert subscription.breaker_opened_at is None and subscription.failure_streak == 0
     assert {d.status for d in Delivery.select()} == {Delivery.DELIVERED}
@@ -205,7 +208,7 @@ def test_a_slow_receiver_does_not_hold_up_another_receivers_deliveries_in_the_wo
     wait_until(lambda: Attempt.select().count() == 4)
     slow.answer = Answer(delay=60)  # until released
     fast.answer = Answer(200)
-    worker = Worker(settings_of(app))
+    worker = Worker(settings_of(app), Housekeeping())
     finished = threading.Thread(target=worker.run_once)
     finished.start()
     try:
@@ -271,7 +274,7 @@ def test_a_worker_attempts_one_receiver_no_more_than_its_cap_at_once_and_claims_
     subscribe(runner, other.url)
     store_plants(app, (1, 2, 3), give_back=True)
 
-    tally = Worker(one_slot_per_receiver(app)).run_once()
+    tally = Worker(one_slot_per_receiver(app), Housekeeping()).run_once()
 
     assert tally == {"delivered": 6}
     for got in (receiver.wait_for(3), other.wait_for(3)):
@@ -289,7 +292,7 @@ def test_a_stopping_worker_ends_the_attempt_under_way_and_leaves_the_rest_free_t
         create_plant(client, alice, plant_id)
     wait_until(lambda: Attempt.select().count() == 3)
     receiver.answer = Answer(200, delay=0.5)
-    worker = Worker(one_slot_per_receiver(app))
+    worker = Worker(one_slot_per_receiver(app), Housekeeping())
     running = threading.Thread(target=worker.run_forever)
     running.start()
     try:
@@ -313,7 +316,7 @@ def test_the_worker_loop_never_waits_for_a_whole_batch(app, client, runner, alic
     wait_until(lambda: Attempt.select().count() == 1)
     receiver.answer = lambda got: Answer(
         200, delay=60 if json.loads(got.body)["id"] == 1 else 0)
-    worker = Worker(settings_of(app))
+    worker = Worker(settings_of(app), Housekeeping())
     finished = threading.Thread(target=worker.run_forever)
     finished.start()
     try:

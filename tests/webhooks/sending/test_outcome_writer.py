@@ -4,6 +4,7 @@ import threading
 
 from plantstore.db import clock, database, is_sqlite
 from plantstore.db.models import Attempt, Delivery
+from plantstore.housekeeping.runner import Housekeeping
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue
 from plantstore.webhooks.sending import outcome_writer
@@ -68,7 +69,7 @@ def test_past_its_bound_of_unwritten_outcomes_a_worker_claims_nothing_until_they
     monkeypatch.setattr(queue, "claim", lambda *a, **k: claims.append(
         worker.writer.unwritten()) or claim(*a, **k))
 
-    worker = Worker(settings)
+    worker = Worker(settings, Housekeeping())
     for job in jobs:
         worker.writer.put(job, answered(500))
     assert writing.wait(30) and worker.writer.backlogged()

@@ -13,6 +13,7 @@ from cryptography.fernet import Fernet
 from helpers import plantstore_env, run_plantstore
 from plantstore.db import database, database_from_url
 from plantstore.db.models import Attempt, Delivery, Subscription
+from plantstore.housekeeping.runner import Housekeeping
 from plantstore.observability import metrics
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.sending import attempt
@@ -53,7 +54,7 @@ def test_a_worker_without_the_key_gives_jobs_back_unsent_and_moves_no_breaker(
     before = not_sent("no key")
 
     caplog.set_level(logging.ERROR)
-    Worker(settings_of(app)).run_once()
+    Worker(settings_of(app), Housekeeping()).run_once()
 
     assert receiver.requests == []
     assert Attempt.select().count() == 0

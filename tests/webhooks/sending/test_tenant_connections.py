@@ -14,6 +14,7 @@ import pytest
 
 from helpers import bearer, create_plant, wait_until
 from plantstore.db.models import Attempt, Delivery, Subscription
+from plantstore.housekeeping.runner import Housekeeping
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.sending.worker import Worker
 from plugins.webhooks import PATIENT_SENDS
@@ -159,7 +160,7 @@ def test_every_outcome_is_the_answer_to_that_very_request_when_two_owners_share_
         create_plant(client, bob, 1000 + plant_id)
 
     def ended():
-        Worker(settings_of(app)).run_once()
+        Worker(settings_of(app), Housekeeping()).run_once()
         return not Delivery.select().where(Delivery.status == Delivery.PENDING).exists()
     wait_until(ended, 120, interval=0.05,
                message=lambda: f"every delivery to end; still pending: {still_pending()}")

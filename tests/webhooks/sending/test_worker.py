@@ -15,6 +15,7 @@ import pytest
 from helpers import create_plant, free_port, plantstore_env, run_plantstore, wait_until
 from plantstore.db import clock
 from plantstore.db.models import Attempt, Delivery, Plant, Subscription
+from plantstore.housekeeping.runner import Housekeeping
 from plantstore.server.gunicorn import finish_webhook_attempts
 from plantstore.webhooks.config import settings_of, web_sender_of
 from plantstore.webhooks.engine import queue
@@ -71,7 +72,7 @@ def test_two_workers_at_once_deliver_each_event_exactly_once(
     tallies = []
 
     def work():
-        worker = Worker(settings)
+        worker = Worker(settings, Housekeeping())
         start.wait()
         tallies.append(worker.run_once())
 
@@ -125,7 +126,7 @@ def test_worker_once_claims_again_when_the_attempts_it_waited_on_ended_during_it
     # web process, and its failure moves the next probe: let it end first.
     web_sender_of(app).finish()
     sleep_until(Subscription.get_by_id(subscription_id).breaker_probe_at)
-    worker = Worker(settings_of(app))
+    worker = Worker(settings_of(app), Housekeeping())
     claim = queue.claim
 
     def claim_behind_the_outcome_write(*args, **kwargs):
@@ -151,7 +152,7 @@ def test_a_worker_claims_ahead_of_its_slots_and_gives_the_waiting_jobs_back_unse
     receiver = make_receiver(Answer(200, delay=60))  # answers once released
     subscribe(runner, receiver.url)
     store_plants(app, range(1, 11), give_back=True)
-    worker = Worker(settings_of(app))
+    worker = Worker(settings_of(app), Housekeeping())
     thread = threading.Thread(target=worker.run_forever)
     thread.start()
     try:

@@ -16,6 +16,7 @@ import pytest
 from helpers import POSTGRES_URL, bearer, post_plant, wait_until
 from plantstore.db import database
 from plantstore.db.models import Delivery, Plant, User
+from plantstore.housekeeping.runner import Housekeeping
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.sending.worker import Worker
 from plugins.webhooks import PATIENT_SENDS, Answer, subscribe
@@ -114,7 +115,7 @@ def test_creates_beside_churning_subscriptions_never_lie_or_deadlock(
             load.stop.wait(CHANGE_EVERY)
             load.note(client.delete(path, headers=bearer(token)), 204)
         load.run(churn)
-    workers = [Worker(settings_of(app)) for _ in range(2)]
+    workers = [Worker(settings_of(app), Housekeeping()) for _ in range(2)]
     worker_threads = [threading.Thread(target=worker.run_forever, daemon=True)
                       for worker in workers]
     for thread in worker_threads:

@@ -8,7 +8,7 @@ import pytest
 from helpers import assert_error, bearer, create_plant, free_port
 from plantstore.db.models import Delivery, Subscription
 from plantstore.web.auth import READ, WEBHOOKS_READ, WEBHOOKS_WRITE, WRITE
-from plantstore.webhooks.subscriptions.receivers import BEARER_MAX_LENGTH, URL_MAX_LENGTH
+from plantstore.webhooks.receivers.registration import BEARER_MAX_LENGTH, URL_MAX_LENGTH
 from plugins.webhooks import (
     Answer,
     run_worker,

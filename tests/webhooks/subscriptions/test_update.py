@@ -7,7 +7,7 @@ import pytest
 from helpers import assert_error, bearer, create_plant, wait_until
 from plantstore.db.models import Delivery, Subscription
 from plantstore.web.auth import WEBHOOKS_READ
-from plantstore.webhooks.subscriptions.receivers import RATE_LIMIT_MAX
+from plantstore.webhooks.receivers.registration import RATE_LIMIT_MAX
 from plugins.webhooks import PATIENT_SENDS, run_worker, verify, wait_for_attempts
 
 pytestmark = pytest.mark.app_config({**PATIENT_SENDS,

@@ -1,7 +1,7 @@
 """The delivery store: the one interface through which the engine reads and
 writes deliveries, with one implementation per backend (as River's drivers
 and Oban's engines): ``postgres`` and ``sqlite``. Every implementation
-passes ``tests/webhooks/engine/test_store_contract.py``.
+passes ``tests/webhooks/engine/store/test_contract.py``.
 
 A store decides nothing: ``webhooks/engine/rules.py`` decides, ``webhooks/engine/queue.py``
 asks the rules and has the store apply what they decided. Its statements
@@ -20,6 +20,21 @@ from ....db import is_sqlite
 class SubscriptionsChanging(Exception):
     """Subscriptions were deleted under every try of a create: nothing was
     stored (a 503 that asks to try again, never a 409)."""
+
+
+class TokenRefused(Exception):
+    """A create that checked its caller's token in its own statement found
+    it not valid now with its scope, and wrote nothing."""
+
+
+class KeyTaken(Exception):
+    """A create's statement did not claim its ``Idempotency-Key``, and wrote
+    nothing: whether the key's lock was free, and the key's committed row as
+    found (fingerprint, status, content type, body, expired; all None if none)."""
+
+    def __init__(self, held, *found):
+        super().__init__("the idempotency key is taken")
+        self.held, self.found = held, found
 
 
 def new_message_id():
@@ -80,14 +95,18 @@ class DeliveryStore(Protocol):
         once per backend), together; their job rows, leased to the caller
         unless the receiver's breaker is open. ``IntegrityError`` if the
         plant's id is taken. PostgreSQL's fast path does it in one statement
-        that also checks ``token`` (``auth.TokenRefused``) and claims
-        ``key_claim`` (``idempotency.KeyTaken``); SQLite, in one transaction
+        that also checks ``token`` (``TokenRefused``) and claims
+        ``key_claim`` (``KeyTaken``); SQLite, in one transaction
         nested in the caller's, which checked the token and claimed the key."""
 
     def due_candidates(self, most, due_by):
         """The due, unleased deliveries a claim may take, most overdue first:
         dicts of subscription_id, owner_key, breaker_open; at most ``most``
         per subscription (one while its breaker is open)."""
+
+    def oldest_due_age(self):
+        """Seconds the oldest delivery ``due_candidates`` would offer now has
+        been due, by the database's clock; 0.0 when none is."""
 
     def lease(self, shares, probes, due_by, settings):
         """Lease ``shares[subscription id]`` due deliveries of each
@@ -111,7 +130,7 @@ class DeliveryStore(Protocol):
         the transaction ends (PostgreSQL)."""
 
     def write_outcomes(self, outcomes, moves, settings):
-        """Write ``outcomes`` (``queue.OutcomeRow``) under their leases and
+        """Write ``outcomes`` (``OutcomeRow``) under their leases and
         the breakers' ``moves`` ({id: rules.BreakerMove}); the ids written."""
 
     def sending_settings(self, subscription_ids):

@@ -20,10 +20,8 @@ from peewee import DatabaseError, IntegrityError
 
 from ....db import database
 from ....db.named_sql import Queries
-from ....web.auth import TokenRefused
-from ....web.idempotency import KeyTaken
 from ..rules import BreakerState
-from . import SubscriptionsChanging, new_message_id
+from . import KeyTaken, SubscriptionsChanging, TokenRefused, new_message_id
 
 TAKES_TOKEN_AT_INSERT = True  # migration 0011's trigger: lease 0 when it had none
 LOCKS_ROWS = True  # writers of many hosts: subscription rows are locked before deliveries
@@ -127,6 +125,10 @@ def claim_transaction():
 
 def due_candidates(most, due_by):
     return QUERIES.rows("due_candidates", {"most": most, "due_by": due_by})
+
+
+def oldest_due_age():
+    return float(QUERIES.rows("oldest_due_age")[0]["age_seconds"])
 
 
 def lease(shares, probes, due_by, settings):

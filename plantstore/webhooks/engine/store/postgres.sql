@@ -22,6 +22,17 @@ SELECT * FROM plantstore_store_keyed_plant_v3(
 -- What rules.fair_shares chooses from (see the function's file).
 SELECT * FROM plantstore_due_candidates_v2(%(most)s, %(due_by)s::timestamp)
 
+-- name: oldest_due_age
+-- Seconds the oldest due, unleased delivery a claim could take now has
+-- waited (an open breaker's only once its probe is due); 0 when none is.
+SELECT coalesce(extract(epoch FROM (now() AT TIME ZONE 'UTC') - (
+    SELECT d.next_attempt_at FROM delivery d JOIN subscription s ON s.id = d.subscription_id
+    WHERE d.status = 'pending' AND s.is_active
+      AND d.next_attempt_at <= (now() AT TIME ZONE 'UTC')
+      AND (d.locked_until IS NULL OR d.locked_until <= (now() AT TIME ZONE 'UTC'))
+      AND (s.breaker_opened_at IS NULL OR s.breaker_probe_at <= (now() AT TIME ZONE 'UTC'))
+    ORDER BY d.next_attempt_at LIMIT 1)), 0) AS age_seconds
+
 -- name: claim
 SELECT * FROM plantstore_claim_v3(
     %(subscription_ids)s::int[], %(shares)s::int[], %(due_by)s::timestamp,

@@ -43,6 +43,12 @@ def due_candidates(most, due_by):
     return [subscription for _, subscription in due]
 
 
+def oldest_due_age():
+    now = clock.now()
+    rows = QUERIES.rows("oldest_due", {"now": now})
+    return (now - _stored_time(rows[0]["next_attempt_at"])).total_seconds() if rows else 0.0
+
+
 def lease(shares, probes, due_by, settings):
     now = clock.now()
     leased = []

@@ -18,6 +18,15 @@ WHERE subscription_id = :subscription_id AND status = 'pending'
   AND next_attempt_at <= :due_by AND (locked_until IS NULL OR locked_until <= :now)
 ORDER BY next_attempt_at, id LIMIT :most
 
+-- name: oldest_due
+-- When the oldest due, unleased delivery a claim could take now fell due
+-- (an open breaker's only once its probe is due); no row when none is.
+SELECT d.next_attempt_at FROM delivery d JOIN subscription s ON s.id = d.subscription_id
+WHERE d.status = 'pending' AND s.is_active
+  AND d.next_attempt_at <= :now AND (d.locked_until IS NULL OR d.locked_until <= :now)
+  AND (s.breaker_opened_at IS NULL OR s.breaker_probe_at <= :now)
+ORDER BY d.next_attempt_at LIMIT 1
+
 -- name: take_probe
 -- Reserve an open breaker's next probe; a row changed: this claim has it.
 UPDATE subscription SET breaker_probe_at = :next_probe

@@ -1,11 +1,11 @@
 """Where webhooks registered through the API may be sent: public addresses only.
 
 A URL chosen by a client is hostile until checked. ``check_url`` is the
-registration check: a well-formed receiver URL (``receivers.url_problem``)
+registration check: a well-formed receiver URL (``registration.url_problem``)
 whose host is not a numeric trick and resolves only to addresses
-``Policy.permits``. At every send,
-``PinnedAddressAdapter`` resolves and checks again and connects to the
-address it checked (keeping the Host header and the TLS server name and
+``Policy.permits``. At every send, the sender's ``PinnedAddressAdapter``
+(``sending/pinned_address.py``) resolves and checks again and connects to
+the address it checked (keeping the Host header and the TLS server name and
 certificate check on the URL's host), so DNS cannot change the answer
 between check and connect. Every lookup is given up after a timeout (the
 connect timeout), so a name whose DNS never answers holds no one (``lookup``).
@@ -24,10 +24,8 @@ import threading
 from urllib.parse import urlsplit
 
 import requests
-from requests.structures import CaseInsensitiveDict
 
-from ..subscriptions.receivers import url_problem
-from .deadline import DeadlineAdapter
+from .registration import url_problem
 
 LOOKUPS_AT_ONCE = 32
 """Lookup threads per process. A lookup is given up at its timeout, but its
@@ -196,43 +194,3 @@ def check_url(url, policy):
     except (socket.gaierror, UnicodeError):
         return f"The host {host!r} does not resolve."
     return None
-
-
-class PinnedAddressAdapter(DeadlineAdapter):
-    """The sender's transport adapter (hard deadline per attempt), checking
-    the receiver's address at every send and connecting to the address it
-    checked.
-
-    The pool is keyed on that address (within one subscription's adapter,
-    see ``connections``); the request keeps its Host header,
-    and over TLS the server name (SNI) and the certificate check stay on the
-    URL's host.
-    """
-
-    def __init__(self, policy, **kwargs):
-        self.policy = policy
-        super().__init__(**kwargs)
-
-    def build_connection_pool_key_attributes(self, request, verify, cert=None):
-        host_params, pool_kwargs = super().build_connection_pool_key_attributes(
-            request, verify, cert)
-        host, port = host_params["host"], host_params["port"]
-        if is_numeric_trick(host):
-            raise ForbiddenAddress(f"{host} is a numeric host that is not an address")
-        try:
-            address = self.policy.resolve(host, port)[0]
-        except LookupTimeout as error:
-            raise requests.ConnectionError(str(error)) from None
-        except (socket.gaierror, UnicodeError) as error:
-            raise requests.ConnectionError(f"{host} does not resolve ({error})") from None
-        request.headers = CaseInsensitiveDict(request.headers)
-        literal = f"[{host}]" if ":" in host else host
-        default_port = 443 if host_params["scheme"] == "https" else 80
-        shown_port = "" if port in (None, default_port) else f":{port}"
-        request.headers["Host"] = literal + shown_port
-        if host_params["scheme"] == "https":
-            pool_kwargs["server_hostname"] = host
-            pool_kwargs["assert_hostname"] = host
-        host_params["host"] = str(address)
-        return host_params, pool_kwargs
-

@@ -10,7 +10,8 @@ import requests
 
 from helpers import assert_error, bearer
 from plantstore.db.models import Attempt, Subscription, User
-from plantstore.webhooks.sending import ssrf
+from plantstore.webhooks.receivers import ssrf
+from plantstore.webhooks.sending.pinned_address import PinnedAddressAdapter
 from plugins.webhooks import Answer, subscribe, verify, wait_for_attempts
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
@@ -160,7 +161,7 @@ def test_numeric_tricks_stay_refused_even_when_the_allowlist_covers_them(alice):
 
 
 def test_https_keeps_the_server_name_and_certificate_check_on_the_urls_host():
-    adapter = ssrf.PinnedAddressAdapter(ssrf.Policy(LOOPBACK))
+    adapter = PinnedAddressAdapter(ssrf.Policy(LOOPBACK))
     request = requests.Request("POST", "https://localhost:8443/hook").prepare()
 
     host_params, pool_kwargs = adapter.build_connection_pool_key_attributes(request, True)

@@ -1,4 +1,4 @@
-"""The delivery store's contract (``webhooks/store``): every operation, run
+"""The delivery store's contract (``webhooks/engine/store``): every operation, run
 against the store of the test's backend. The suite runs once on SQLite and
 once on PostgreSQL (``PLANTSTORE_TEST_DATABASE_URL``), so both stores pass
 the same tests, as River's drivers pass ``riverdrivertest``."""
