@@ -9,6 +9,8 @@ from .observability.metrics import init_metrics
 from .observability.tracing import init_app as init_tracing
 from .plants.routes import blp as plants_blp
 from .plants.schemas import NewPlantSchema
+from .portal import init_app as init_portal
+from .portal.api import blp as portal_links_blp
 from .web.api import Api, App
 from .web.body.framing import Request
 from .web.errors import register_error_handlers
@@ -47,9 +49,11 @@ def create_app(config=None):
     register_converters(app, api)
     api.register_blueprint(plants_blp)
     api.register_blueprint(webhooks_blp)
+    api.register_blueprint(portal_links_blp)
     complete_spec(app, api, NewPlantSchema)
 
     app.register_blueprint(health_blp)
+    init_portal(app)
 
     init_rate_limits(app)
     register_commands(app)

@@ -184,3 +184,30 @@ class IdempotencyKey(BaseModel):
     class Meta:
         indexes = ((("user", "key"), True),)
 
+
+
+class PortalLink(BaseModel):
+    """A single-use link into the portal, kept only as the SHA-256 digest of
+    its key (see ``plantstore/portal/links.py``)."""
+    id = BigAutoField()
+    digest = CharField(max_length=64, unique=True)
+    user = ForeignKeyField(User, on_delete="CASCADE")
+    read_only = BooleanField(default=False)
+    token = ForeignKeyField(Token, null=True, on_delete="CASCADE")  # NULL: the CLI's
+    created_at = DateTimeField(default=utcnow)
+    expires_at = DateTimeField()  # by the database's clock, as is used_at
+    used_at = DateTimeField(null=True)
+
+
+class PortalSession(BaseModel):
+    """A portal session, kept only as the digest of its cookie's key, with
+    the CSRF token of its forms (see ``plantstore/portal/sessions.py``)."""
+    id = BigAutoField()
+    digest = CharField(max_length=64, unique=True)
+    user = ForeignKeyField(User, on_delete="CASCADE")
+    read_only = BooleanField(default=False)
+    token = ForeignKeyField(Token, null=True, on_delete="CASCADE")  # NULL: the CLI's link
+    csrf_token = CharField(max_length=64)
+    created_at = DateTimeField(default=utcnow)  # the database's clock, as the two below
+    last_seen_at = DateTimeField(default=utcnow)
+    ended_at = DateTimeField(null=True)

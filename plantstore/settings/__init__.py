@@ -147,6 +147,27 @@ SETTINGS = (
             "Keys from `plantstore keys generate`, comma-separated, that encrypt webhook "
             "signing secrets and bearer tokens at rest: the first encrypts, all decrypt "
             "(rotation: docs/operating.md). Empty: they are stored in plain text."),
+    Setting("PORTAL_URL", "",
+            text(r"|https?://[^\s/?#]+(/[^\s?#]*[^\s?#/])?",
+                 "empty, or an http:// or https:// URL without a query, fragment or "
+                 "trailing slash"),
+            "The public base URL the portal's links are built from (e.g. "
+            "`https://plants.example.com`; links are `<it>/portal/enter/<key>`), never "
+            "the request's `Host`. Empty: the portal is off (docs/portal.md)."),
+    Setting("PORTAL_SECRET_KEY", "", text(r"|\S{32,512}", "empty, or 32 to 512 "
+                                                          "characters without spaces"),
+            "Signs the portal's CSRF tokens; the same on every web process. Empty: "
+            "derived from the first key of `PLANTSTORE_ENCRYPTION_KEYS` (one of the two "
+            "is needed while the portal is on)."),
+    Setting("PORTAL_IDLE_MINUTES", 30, integer(1, 24 * 60),
+            "Minutes a portal session lasts without a request, then ends."),
+    Setting("PORTAL_SESSION_HOURS", 12, integer(1, 7 * 24),
+            "Hours a portal session lasts at most, however busy."),
+    Setting("PORTAL_FRAME_ANCESTORS", "'none'",
+            text(r"'none'|('self'|https://[^\s;,']+)( ('self'|https://[^\s;,']+)){0,19}",
+                 "`'none'`, or up to 20 of `'self'` and `https://` origins, space-separated"),
+            "Who may show the portal in a frame: the Content-Security-Policy's "
+            "`frame-ancestors` (`'none'`: nobody)."),
     Setting("IDEMPOTENCY_TTL_HOURS", 24.0, number(0, 30 * 24, above_minimum=True),
             "Hours an `Idempotency-Key` of `POST /plants` is remembered with its answer."),
 )
@@ -169,6 +190,10 @@ def read(environ=None, overrides=None):
         values[setting.key] = setting.read(raw)
     if values["LIST_LIMIT_DEFAULT"] > values["LIST_LIMIT_MAX"]:
         values["LIST_LIMIT_DEFAULT"] = values["LIST_LIMIT_MAX"]
+    if values["PORTAL_URL"] and not (values["PORTAL_SECRET_KEY"] or values["ENCRYPTION_KEYS"]):
+        raise SettingError(f"{ENV_PREFIX}PORTAL_URL needs {ENV_PREFIX}PORTAL_SECRET_KEY or "
+                           f"{ENV_PREFIX}ENCRYPTION_KEYS (the portal signs its forms' "
+                           "CSRF tokens with one of them)")
     values.update(overrides)
     return values
 

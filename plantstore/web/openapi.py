@@ -35,6 +35,12 @@ class RowIdConverter(BaseConverter):
     regex = "[^/]+"
 
 
+class DeliveryIdConverter(BaseConverter):
+    """A webhook delivery's id: any single path segment, which the view turns
+    into an integer from 1 to 2**63-1 or a 400, after authenticating."""
+    regex = "[^/]+"
+
+
 def _header(name, description, example, required=True):
     """A header parameter of the New Plant webhook's request."""
     return {"in": "header", "name": name, "required": required,
@@ -137,6 +143,7 @@ SUBSCRIPTION_OPERATIONS = {
     "GetWebhook": "~1webhooks~1%7Bid%7D/get",
     "DeleteWebhook": "~1webhooks~1%7Bid%7D/delete",
     "EnableWebhook": "~1webhooks~1%7Bid%7D~1enable/post",
+    "DisableWebhook": "~1webhooks~1%7Bid%7D~1disable/post",
     "RotateWebhookSecret": "~1webhooks~1%7Bid%7D~1rotate-secret/post",
     "ListWebhookDeliveries": "~1webhooks~1%7Bid%7D~1deliveries/get",
     "TestWebhook": "~1webhooks~1%7Bid%7D~1test/post",
@@ -169,6 +176,9 @@ def register_converters(app, api):
     app.url_map.converters["row_id"] = RowIdConverter
     api.register_converter(RowIdConverter, lambda converter: {
         "type": "integer", "format": "int32", "minimum": 1, "maximum": 2 ** 31 - 1})
+    app.url_map.converters["delivery_id"] = DeliveryIdConverter
+    api.register_converter(DeliveryIdConverter, lambda converter: {
+        "type": "integer", "format": "int64", "minimum": 1, "maximum": 2 ** 63 - 1})
 
 
 def complete_spec(app, api, new_plant_schema):

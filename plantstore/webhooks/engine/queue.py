@@ -253,6 +253,13 @@ def disable(subscription_id, kind, reason):
     _disabled(subscription_id, kind, reason)
 
 
+def disable_by_owner(subscription_id, reason):
+    """Stop sending to a subscription its owner turned off, failing its
+    waiting deliveries as ``disable`` does (not counted as plantstore's)."""
+    store.current().stop_subscription(subscription_id, reason)
+    log.info("webhook subscription %s disabled: %s", subscription_id, reason)
+
+
 def _disabled(subscription_id, kind, reason):
     metrics.count_disabled(kind)
     log.warning("webhook subscription %s disabled: %s", subscription_id, reason)

@@ -1,20 +1,17 @@
 """Self-service webhooks: users register, inspect, test and recover their own
 receivers. A subscription that is not the caller's is a 404, exactly like
 an unknown id (an admin may manage every one)."""
-import collections
+import contextlib
 import re
 
-from flask import current_app, g, request
+from flask import g, request
 from flask_smorest import abort
 
-from ...db.models import Attempt, Delivery, Subscription
 from ...web.api import Blueprint, json_response, no_content
 from ...web.auth import WEBHOOKS_READ, WEBHOOKS_WRITE
-from ..config import settings_of
-from ..engine import queue
-from ..receivers import ssrf
-from . import audience, secrets, store
+from . import delivery_log, operations
 from .schemas import (
+    DELIVERY_ID_MAX,
     ROW_ID_MAX,
     CreatedSubscriptionSchema,
     DeliveryQueryArgsSchema,
@@ -40,43 +37,32 @@ LOCATION_HEADER_DOC = {"Location": {"description": "The new subscription",
                                     "schema": {"type": "string"}}}
 
 
-def _row_id(raw):
-    """The subscription id a path segment names, or a 400 naming ``id``."""
+def _row_id(raw, name="id", most=ROW_ID_MAX, listed_by="GET /webhooks"):
+    """The id a path segment names, or a 400 naming ``name``."""
     # int() is never given more digits than the largest id has.
-    if INTEGER.fullmatch(raw) and len(raw) <= len(str(ROW_ID_MAX)) \
-            and 1 <= int(raw) <= ROW_ID_MAX:
+    if INTEGER.fullmatch(raw) and len(raw) <= len(str(most)) and 1 <= int(raw) <= most:
         return int(raw)
-    abort(400, messages={"path": {"id": [
-        f"Must be an integer from 1 to {ROW_ID_MAX}, e.g. 2 (see GET /webhooks)."]}})
+    abort(400, messages={"path": {name: [
+        f"Must be an integer from 1 to {most}, e.g. 2 (see {listed_by})."]}})
+
+
+@contextlib.contextmanager
+def _answering_refusals():
+    """An operation's refusal (``operations.Refused``) as the API's error:
+    its status, and a bad value named in ``details``."""
+    try:
+        yield
+    except operations.Refused as refused:
+        if refused.field:
+            abort(refused.status, messages={"json": {refused.field: [refused.message]}})
+        abort(refused.status, message=refused.message)
 
 
 def _own(raw_id):
     """The caller's subscription with this id (any one, for an admin), or a 404."""
     subscription_id = _row_id(raw_id)
-    subscription = audience.visible_to(g.caller).where(
-        Subscription.id == subscription_id).first()
-    if subscription is None:
-        abort(404, message=f"No webhook subscription with id {subscription_id}.")
-    return subscription
-
-
-def _check_reachable(url):
-    """A 400 naming ``url`` unless it leads only where API subscriptions may
-    send (see ``ssrf``)."""
-    settings = settings_of(current_app)
-    refusal = ssrf.check_url(url, ssrf.Policy(settings.allowed_networks,
-                                              settings.connect_timeout))
-    if refusal:
-        abort(400, messages={"json": {"url": [refusal]}})
-
-
-def _active(subscription):
-    """``subscription`` if it is active; a 409 saying to enable it otherwise."""
-    if not subscription.is_active:
-        abort(409, message=f"Webhook subscription {subscription.id} is disabled "
-                           f"({subscription.disabled_reason or 'no reason recorded'}); "
-                           "enable it first.")
-    return subscription
+    with _answering_refusals():
+        return operations.own(g.caller, subscription_id)
 
 
 @blp.route("/webhooks", methods=["POST"])
@@ -93,14 +79,9 @@ def create_subscription(new):
     An admin's subscription hears about every plant. 409 when you already
     hold as many subscriptions as the operator allows.
     """
-    _check_reachable(new["url"])
-    most = current_app.config["WEBHOOK_MAX_PER_USER"]
-    try:
-        subscription, secret = store.add(g.caller.user_id, new["url"], new.get("bearer"),
-                                         new.get("rate_limit"), most=most)
-    except store.TooManySubscriptions as refused:
-        abort(409, message=f"You already hold {refused.held} webhook subscriptions, the "
-                           f"most allowed ({most}); delete one first.")
+    with _answering_refusals():
+        subscription, secret = operations.create(g.caller, new["url"], new.get("bearer"),
+                                                 new.get("rate_limit"))
     subscription.secret = secret  # shown in plain text this once
     return subscription, 201, {"Location": f"{request.script_root}/webhooks/{subscription.id}"}
 
@@ -111,7 +92,7 @@ def create_subscription(new):
 @blp.response(200, SubscriptionSchema(many=True), description="Your subscriptions")
 def list_subscriptions():
     """Lists your webhook subscriptions (an admin sees every one), by id."""
-    return list(audience.visible_to(g.caller).order_by(Subscription.id))
+    return operations.listed(g.caller)
 
 
 @blp.route("/webhooks/<row_id:id>", methods=["GET"])
@@ -139,11 +120,8 @@ def update_subscription(changes, id):
     go to the new URL with the new token.
     """
     subscription = _own(id)
-    if "url" in changes:
-        _check_reachable(changes["url"])
-    if not store.change(subscription.id, **changes):  # deleted meanwhile
-        abort(404, message=f"No webhook subscription with id {subscription.id}.")
-    return Subscription.get_by_id(subscription.id)
+    with _answering_refusals():
+        return operations.update(subscription, changes)
 
 
 @blp.route("/webhooks/<row_id:id>", methods=["DELETE"])
@@ -153,7 +131,7 @@ def update_subscription(changes, id):
 @blp.documents_errors(400, 404)
 def delete_subscription(id):
     """Deletes one of your webhook subscriptions and its deliveries."""
-    queue.delete_subscription(_own(id).id)
+    operations.delete(_own(id))
     return no_content()
 
 
@@ -167,9 +145,7 @@ def enable_subscription(id):
 
     Deliveries failed meanwhile stay failed; send them again with recover.
     """
-    subscription = _own(id)
-    queue.enable(subscription.id)
-    return Subscription.get_by_id(subscription.id)
+    return operations.enable(_own(id))
 
 
 @blp.route("/webhooks/<row_id:id>/rotate-secret", methods=["POST"])
@@ -185,10 +161,8 @@ def rotate_secret(id):
     once, the one ending first is dropped beyond that).
     """
     subscription = _own(id)
-    rotation = secrets.rotate(subscription.id,
-                              settings_of(current_app).secret_overlap_hours)
-    if rotation is None:  # deleted meanwhile
-        abort(404, message=f"No webhook subscription with id {subscription.id}.")
+    with _answering_refusals():
+        rotation = operations.rotate(subscription)
     return {"secret": rotation.secret,
             "previous_secret_expires_at": rotation.previous_expires_at}
 
@@ -206,30 +180,14 @@ def list_deliveries(id, limit, status=None, after=None):
     When older deliveries remain, a Link header points at the next page.
     """
     subscription = _own(id)
-    query = (Delivery.select().where(Delivery.subscription == subscription.id)
-             .order_by(Delivery.id.desc()).limit(limit + 1))
-    if status:
-        query = query.where(Delivery.status == status)
-    if after is not None:
-        query = query.where(Delivery.id < after)
-    deliveries = list(query)
+    deliveries, more = delivery_log.page(g.caller, delivery_log.Filters(
+        subscription_id=subscription.id, status=status, before=after), limit)
     headers = {}
-    if len(deliveries) > limit:
-        deliveries = deliveries[:limit]
+    if more:
         status_part = f"&status={status}" if status else ""
         next_page = (f"{request.script_root}/webhooks/{subscription.id}/deliveries"
                      f"?limit={limit}{status_part}&after={deliveries[-1].id}")
         headers["Link"] = f'<{next_page}>; rel="next"'
-    attempts = collections.defaultdict(list)
-    if deliveries:
-        for attempt in (Attempt.select()
-                        .where(Attempt.delivery.in_([d.id for d in deliveries]))
-                        .order_by(Attempt.started_at, Attempt.id)):
-            attempts[attempt.delivery_id].append(attempt)
-    for delivery in deliveries:
-        delivery.attempt_rows = attempts[delivery.id]
-        delivery.next_attempt = (delivery.next_attempt_at
-                                 if delivery.status == Delivery.PENDING else None)
     return json_response(DeliverySchema(many=True).dump(deliveries), headers=headers)
 
 
@@ -244,11 +202,10 @@ def send_test_event(id):
     It is recorded as a delivery (event plant.test) and retried like any
     other. 409 when the subscription is disabled.
     """
-    subscription = _active(_own(id))
-    delivery = queue.enqueue_test_event(subscription.id)
-    delivery.attempt_rows = []
-    delivery.next_attempt = delivery.next_attempt_at
-    return delivery, 202
+    subscription = _own(id)
+    with _answering_refusals():
+        delivery = operations.send_test(subscription)
+    return delivery_log.with_attempts([delivery])[0], 202
 
 
 @blp.route("/webhooks/<row_id:id>/recover", methods=["POST"])
@@ -263,5 +220,58 @@ def recover_deliveries(recovery, id):
     Each keeps its webhook-id, so receivers can tell a repeat. 409 when the
     subscription is disabled (enable it first).
     """
-    subscription = _active(_own(id))
-    return {"queued": queue.recover(subscription.id, recovery["since"])}, 202
+    subscription = _own(id)
+    with _answering_refusals():
+        return {"queued": operations.recover(subscription, recovery["since"])}, 202
+
+
+@blp.route("/webhooks/<row_id:id>/disable", methods=["POST"])
+@blp.doc(operationId="disableWebhook")
+@blp.login_required(WEBHOOKS_WRITE)
+@blp.response(200, SubscriptionSchema, description="The subscription, disabled")
+@blp.documents_errors(400, 404)
+def disable_subscription(id):
+    """Stops sending to a subscription; its waiting deliveries fail.
+
+    Enable it to send again, then recover what failed meanwhile.
+    """
+    return operations.disable(_own(id))
+
+
+def _own_delivery(id, delivery_id):
+    """The delivery with this id of the caller's subscription ``id``, or a 404."""
+    subscription = _own(id)
+    number = _row_id(delivery_id, "delivery_id", DELIVERY_ID_MAX,
+                     f"GET /webhooks/{subscription.id}/deliveries")
+    delivery = delivery_log.delivery_with_attempts(g.caller, number, subscription.id)
+    if delivery is None:
+        abort(404, message=f"No delivery with id {number} of webhook subscription "
+                           f"{subscription.id}.")
+    return delivery
+
+
+@blp.route("/webhooks/<row_id:id>/deliveries/<delivery_id:delivery_id>", methods=["GET"])
+@blp.doc(operationId="getWebhookDelivery")
+@blp.login_required(WEBHOOKS_READ)
+@blp.response(200, DeliverySchema, description="The delivery, with every attempt")
+@blp.documents_errors(400, 404)
+def get_delivery(id, delivery_id):
+    """Returns one delivery of a subscription with every attempt at it."""
+    return _own_delivery(id, delivery_id)
+
+
+@blp.route("/webhooks/<row_id:id>/deliveries/<delivery_id:delivery_id>/resend",
+           methods=["POST"])
+@blp.doc(operationId="resendWebhookDelivery")
+@blp.login_required(WEBHOOKS_WRITE)
+@blp.response(202, DeliverySchema, description="Sent again now, with the same webhook-id")
+@blp.documents_errors(400, 404, 409)
+def resend_delivery(id, delivery_id):
+    """Sends a delivery that was not delivered again now, with its webhook-id.
+
+    It starts over on the retry schedule. 409 when it was already
+    delivered, is being sent right now, or the subscription is disabled.
+    """
+    with _answering_refusals():
+        delivery = operations.resend(_own_delivery(id, delivery_id))
+    return delivery_log.with_attempts([delivery])[0], 202

@@ -464,6 +464,14 @@ WEBHOOK_OPERATIONS = {
                                       {"202", "400", "401", "403", "404", "409"}),
     ("/webhooks/{id}/recover", "post"): ("webhooks:write", {"202", "400", "401", "403",
                                                             "404", "409", "413", "415"}),
+    ("/webhooks/{id}/disable", "post"): ("webhooks:write",
+                                         {"200", "400", "401", "403", "404"}),
+    ("/webhooks/{id}/deliveries/{delivery_id}", "get"): (
+        "webhooks:read", {"200", "400", "401", "403", "404"}),
+    ("/webhooks/{id}/deliveries/{delivery_id}/resend", "post"): (
+        "webhooks:write", {"202", "400", "401", "403", "404", "409"}),
+    ("/webhooks/portal-links", "post"): ("webhooks:write", {"201", "400", "401", "403",
+                                                             "404", "413", "415"}),
 }
 
 

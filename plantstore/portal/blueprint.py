@@ -1,0 +1,95 @@
+"""The portal's blueprint: the gate every request passes, the pages that
+say no, and the helpers the views share.
+
+The gate: the portal is off (every page a 404) without
+``PLANTSTORE_PORTAL_URL``; a page needs a valid session (``sessions``); a
+POST needs a CSRF token and a same-origin fetch (``security.protect``) and,
+but for logging out, a session that is not read-only.
+"""
+from flask import Blueprint, current_app, g, render_template, request, session
+from flask_wtf.csrf import CSRFError
+
+from ..web.auth import WEBHOOKS_READ, WEBHOOKS_WRITE, Caller
+from ..webhooks.subscriptions import operations
+from . import security, sessions
+
+bp = Blueprint("portal", __name__, url_prefix="/portal", template_folder="templates",
+               static_folder="static", static_url_path="/static")
+
+OPEN_ENDPOINTS = ("portal.enter", "portal.static")
+"""What answers without a session."""
+READ_ONLY_ALLOWED = ("portal.logout",)
+"""The one POST a read-only session may send."""
+
+
+def page(template, status=200, **context):
+    """A rendered page (``templates/portal/<template>.html``) with ``status``."""
+    return render_template(f"portal/{template}.html", session_info=g.get("portal"),
+                           **context), status
+
+
+def refusal_page(message, status=403, title="Refused"):
+    """A page saying in plain words why nothing was done."""
+    return page("refused", status, title=title, message=message)
+
+
+def caller():
+    """The session's user as the operations see a caller."""
+    portal = g.portal
+    scopes = {WEBHOOKS_READ} if portal.read_only else {WEBHOOKS_READ, WEBHOOKS_WRITE}
+    return Caller(portal.user_id, portal.is_admin, frozenset(scopes))
+
+
+@bp.before_request
+def gate():
+    if not current_app.config["PORTAL_URL"]:
+        return page("not_found", 404, message="The portal is not enabled on this server.")
+    if request.endpoint == "portal.static":
+        return None
+    g.portal = sessions.current(sessions.presented_key())
+    if g.portal is not None:
+        session["csrf_token"] = g.portal.csrf_token
+    if request.endpoint in OPEN_ENDPOINTS:
+        return None
+    if g.portal is None:
+        return page("signed_out", 403)
+    if request.method == "POST":
+        security.protect()
+        if g.portal.read_only and request.endpoint not in READ_ONLY_ALLOWED:
+            return refusal_page("This portal session is read-only: it shows everything "
+                                "and changes nothing. Ask for a link that may make changes.")
+    return None
+
+
+@bp.after_request
+def headers(response):
+    if response.status_code == 429 and response.mimetype == "application/json":
+        rendered, _ = refusal_page("Too many requests from your address: wait a minute, "
+                                   "then try again.", 429, "Too many requests")
+        response.set_data(rendered)
+        response.mimetype = "text/html"
+    return security.add_headers(response, current_app.config["PORTAL_FRAME_ANCESTORS"])
+
+
+@bp.errorhandler(CSRFError)
+def csrf_refused(error):
+    return refusal_page("This form was not accepted: it came from another site, or it "
+                        "is older than your session. Go back, reload the page and send "
+                        "it again.")
+
+
+@bp.errorhandler(operations.NotFound)
+@bp.errorhandler(404)
+def not_found(error=None):
+    return page("not_found", 404, message="There is nothing here, or it is not yours.")
+
+
+@bp.errorhandler(operations.Refused)
+def refused(error):
+    return refusal_page(error.message, error.status)
+
+
+@bp.route("/<path:rest>", methods=["GET", "POST"])
+def anything_else(rest):
+    """Any other address under the portal: a 404 page."""
+    return not_found()
