@@ -10,14 +10,16 @@ has bytes waiting before it is reused, an answer not read to its end
 closes its connection (``sender``), and an error closes it.
 
 Each process keeps the adapters of its ``MOST_SUBSCRIPTIONS`` most recently
-used subscriptions; the least recently used one beyond is closed.
+used subscriptions; the least recently used one beyond is closed. How many
+connections they keep open altogether, and for how long idle, follows the
+process's descriptor limit (``descriptors``).
 """
 import collections
 import os
 import threading
 
-from . import ssrf
-from .deadline import DeadlineAdapter
+from . import descriptors, ssrf
+from .guarded import GuardedAdapter
 
 CONNECTIONS_PER_ORIGIN = 64
 """Keep-alive connections kept per subscription and origin (more may be
@@ -41,6 +43,7 @@ def adapter_for(job, settings):
     checking and pinning the address for an API subscription, plain for an
     operator's."""
     global _pid
+    descriptors.start(settings.idle_connection_seconds)
     policy = (settings.allowed_networks, settings.connect_timeout) if job.restricted else None
     key = (job.subscription_id, policy)
     closed = None
@@ -64,6 +67,6 @@ def _new_adapter(policy):
     pools = {"pool_connections": ORIGINS_PER_SUBSCRIPTION,
              "pool_maxsize": CONNECTIONS_PER_ORIGIN}
     if policy is None:
-        return DeadlineAdapter(**pools)
+        return GuardedAdapter(**pools)
     allowed, lookup_seconds = policy
     return ssrf.PinnedAddressAdapter(ssrf.Policy(allowed, lookup_seconds), **pools)

@@ -27,7 +27,7 @@ import requests
 from requests.structures import CaseInsensitiveDict
 
 from ..subscriptions.receivers import url_problem
-from .deadline import DeadlineAdapter
+from .guarded import GuardedAdapter
 
 LOOKUPS_AT_ONCE = 32
 """Lookup threads per process. A lookup is given up at its timeout, but its
@@ -198,7 +198,7 @@ def check_url(url, policy):
     return None
 
 
-class PinnedAddressAdapter(DeadlineAdapter):
+class PinnedAddressAdapter(GuardedAdapter):
     """The sender's transport adapter (hard deadline per attempt), checking
     the receiver's address at every send and connecting to the address it
     checked.
