@@ -15,9 +15,8 @@ import pytest
 from helpers import PLANTSTORE, REPO, plantstore_env, wait_until
 from plantstore.db.models import Attempt, Delivery, Subscription
 from plantstore.webhooks.config import settings_of
-from plantstore.webhooks.sending import sender, signing
-from plantstore.webhooks.subscriptions import store as subscription_store
-from plugins.webhooks import PATIENT_SENDS, Answer, store_plants
+from plantstore.webhooks.sending import sender
+from plugins.webhooks import PATIENT_SENDS, Answer, store_plants, subscribe
 
 SETTINGS = {**PATIENT_SENDS, "WEBHOOK_RETRY_SCHEDULE": "0,0",
             "WEBHOOK_BREAKER_THRESHOLD": 1}
@@ -30,11 +29,10 @@ TIGHT_LIMIT = 40
 """Fewer than its own files and 32 attempts under way at once."""
 
 
-def subscribe_many(app, url, count):
+def subscribe_many(runner, url, count):
     """``count`` operator subscriptions to ``url`` (each its own connections)."""
-    with app.app_context():
-        for _ in range(count):
-            subscription_store.add(None, url, None, None, signing.new_secret())
+    for _ in range(count):
+        subscribe(runner, url)
 
 
 def worker_once(database_url, limit, **settings):
@@ -64,9 +62,9 @@ def assert_delivered_once_each_charging_nobody(receiver):
 @pytest.mark.slow
 @pytest.mark.app_config(SETTINGS)
 def test_a_worker_with_fewer_descriptors_than_subscriptions_keeps_within_them(
-        app, alice, database_url, make_receiver):
+        app, alice, runner, database_url, make_receiver):
     receiver = make_receiver(Answer(200))
-    subscribe_many(app, receiver.url, SUBSCRIPTIONS)
+    subscribe_many(runner, receiver.url, SUBSCRIPTIONS)
     store_plants(app, [1], give_back=True)
 
     ran = worker_once(database_url, ROOMY_LIMIT)
@@ -79,9 +77,9 @@ def test_a_worker_with_fewer_descriptors_than_subscriptions_keeps_within_them(
 @pytest.mark.slow
 @pytest.mark.app_config(SETTINGS)
 def test_a_worker_out_of_descriptors_gives_deliveries_back_and_charges_nobody(
-        app, alice, database_url, make_receiver):
+        app, alice, runner, database_url, make_receiver):
     receiver = make_receiver(Answer(200, delay=0.05))  # 32 attempts under way at once
-    subscribe_many(app, receiver.url, SUBSCRIPTIONS)
+    subscribe_many(runner, receiver.url, SUBSCRIPTIONS)
     store_plants(app, [1], give_back=True)
 
     ran = worker_once(database_url, TIGHT_LIMIT)
@@ -94,7 +92,7 @@ def test_a_worker_out_of_descriptors_gives_deliveries_back_and_charges_nobody(
 @pytest.mark.app_config({**SETTINGS, "WEBHOOK_IDLE_CONNECTION_SECONDS": 1})
 def test_an_idle_connection_is_closed_after_its_idle_time(app, alice, runner, make_receiver):
     receiver = make_receiver(Answer(200))
-    subscribe_many(app, receiver.url, 1)
+    subscribe_many(runner, receiver.url, 1)
     [job] = store_plants(app, [1])
     assert sender.attempt(job, settings_of(app)).ok
     assert len(receiver.connections) == 1  # kept alive
