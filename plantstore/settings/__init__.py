@@ -81,6 +81,9 @@ SETTINGS = (
             "read timeout); a sender that dies leaves it to the workers after that."),
     Setting("WEBHOOK_MAX_RESPONSE_BYTES", 64 * 1024, integer(0, 16 * 1024 * 1024),
             "Most bytes of a receiver's answer that are read."),
+    Setting("WEBHOOK_IDLE_CONNECTION_SECONDS", 60.0, number(1, DAY),
+            "Seconds a kept-alive connection to a webhook receiver may stay idle "
+            "before it is closed (within a quarter of that more)."),
     Setting("WEBHOOK_SENDS_PER_PROCESS", 8, integer(1, 256),
             "Most webhook attempts one web process makes at once right after creates; "
             "past it, new deliveries are left to the workers."),

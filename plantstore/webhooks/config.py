@@ -34,6 +34,7 @@ class WebhookSettings:
     retention_days: int = 30
     traceparent_receivers: str = "none"  # who gets a traceparent header (see tracing)
     claim_cooldown: float = 0.015  # least seconds between a worker's claims
+    idle_connection_seconds: float = 60.0  # a kept-alive connection idle longer is closed
 
     @property
     def send_bound(self):
@@ -71,6 +72,7 @@ def from_config(config, version):
         retention_days=config["WEBHOOK_RETENTION_DAYS"],
         traceparent_receivers=config["WEBHOOK_TRACEPARENT"],
         claim_cooldown=config["WORKER_CLAIM_COOLDOWN"],
+        idle_connection_seconds=config["WEBHOOK_IDLE_CONNECTION_SECONDS"],
     )
 
 

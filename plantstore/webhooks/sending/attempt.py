@@ -11,8 +11,12 @@ subscription and process at most every ``FRESH_SECONDS``). Then it is sent
 with the subscription's current URL, token and secrets; given back unsent
 when the subscription is gone or disabled, or was throttled since the job
 was claimed without a token (it goes through the throttle on its next
-claim). So no request with a replaced configuration starts later than
-``FRESH_SECONDS`` after the change was answered.
+claim). Once its connection is made (a receiver may be slow to accept),
+just before its request is written, it is checked again the same way
+(``check_once_connected``): a job whose subscription changed meanwhile is
+given back unsent, to go with the new configuration. So no request with a
+replaced configuration is written later than ``FRESH_SECONDS`` after the
+change was answered.
 
 A job this process cannot send (``own_trouble``) is given back unsent: no
 attempt, no breaker move.
@@ -24,6 +28,7 @@ from ...db import DATABASE_FAILURES, database
 from ...observability import metrics
 from ..engine import queue
 from . import own_trouble, sender
+from .deadline import NotWritten
 
 FINISH_MARGIN_SECONDS = 10
 """How long past the attempt deadline a stopping process waits for the
@@ -51,34 +56,58 @@ class SubscriptionsNow:
         self._read = {}
 
     def of(self, subscription_id):
-        """Its row as read at most ``FRESH_SECONDS`` ago (None: it is gone)."""
+        """Its row as read at most ``FRESH_SECONDS`` ago (None: it is gone),
+        and the ``time.monotonic()`` before that read."""
         key = (id(database.obj), subscription_id)
         read = self._read.get(key)
         if read is not None and time.monotonic() - read[0] <= FRESH_SECONDS:
-            return read[1]
+            return read
         read_at = time.monotonic()
         row = queue.sending_settings([subscription_id]).get(subscription_id)
         if len(self._read) >= MOST_REMEMBERED:
             self._read.clear()
         self._read[key] = (read_at, row)
-        return row
+        return read_at, row
 
 
 SUBSCRIPTIONS_NOW = SubscriptionsNow()
 
 
-def current(job, token_taken):
+def current(job, token_taken, read_at=None):
     """``job`` as its subscription is now, or None when it must not start:
     the subscription is gone or disabled, or throttled while this job holds
-    no token (``token_taken``: one was taken for it, or none was needed)."""
-    if time.monotonic() - job.leased_at <= FRESH_SECONDS:
-        return job
-    row = SUBSCRIPTIONS_NOW.of(job.subscription_id)
+    no token (``token_taken``: one was taken for it, or none was needed);
+    and when what it is sent with was read (a ``time.monotonic()``). Read
+    again unless ``read_at`` (by default, its lease) is at most
+    ``FRESH_SECONDS`` ago."""
+    read_at = job.leased_at if read_at is None else read_at
+    if time.monotonic() - read_at <= FRESH_SECONDS:
+        return job, read_at
+    read_at, row = SUBSCRIPTIONS_NOW.of(job.subscription_id)
     if row is None or not row["is_active"] or (row["rate_limit"] is not None
                                                and not token_taken):
-        return None
+        return None, read_at
     changed = {name: row[name] for name in SENT_WITH if row[name] != getattr(job, name)}
-    return dataclasses.replace(job, **changed) if changed else job
+    return (dataclasses.replace(job, **changed) if changed else job), read_at
+
+
+class ChangedWhileConnecting(NotWritten):
+    """The job's subscription changed, or went, while its attempt connected."""
+
+
+def check_once_connected(job, token_taken, read_at):
+    """The check of ``job`` (as read at ``read_at``) once its connection is
+    made: ``ChangedWhileConnecting`` unless its subscription is still as it
+    was read; ``NotSent`` when it could not be read."""
+    def still_current():
+        try:
+            now, _ = current(job, token_taken, read_at)
+        except DATABASE_FAILURES as error:
+            raise own_trouble.NotSent(
+                "database unavailable", f"a subscription could not be read: {error}") from None
+        if now is not job:
+            raise ChangedWhileConnecting("its subscription changed while it connected")
+    return still_current
 
 
 def attempt_and_put(job, settings, writer, context=None, token_taken=False):
@@ -89,7 +118,7 @@ def attempt_and_put(job, settings, writer, context=None, token_taken=False):
     disabling). A job that must not start now, or that this process cannot
     send, is given back unsent. Whether it was delivered."""
     try:
-        now = current(job, token_taken)
+        now, read_at = current(job, token_taken)
     except DATABASE_FAILURES as error:
         own_trouble.note(job, own_trouble.NotSent(
             "database unavailable", f"a subscription could not be read: {error}"))
@@ -100,7 +129,12 @@ def attempt_and_put(job, settings, writer, context=None, token_taken=False):
         writer.give_back(job)
         return False
     try:
-        result = sender.attempt(now, settings, context)
+        result = sender.attempt(now, settings, context,
+                                check_once_connected(now, token_taken, read_at))
+    except ChangedWhileConnecting:
+        metrics.count_not_sent("configuration changed")
+        writer.give_back(now)
+        return False
     except own_trouble.NotSent as trouble:
         own_trouble.note(now, trouble)
         writer.give_back(now)

@@ -17,6 +17,7 @@ import ssl
 import requests
 
 from ..receivers import ssrf
+from . import interim
 
 # X509_V_ERR_* codes of ssl.SSLCertVerificationError.verify_code
 _CERTIFICATE_PROBLEMS = {
@@ -91,6 +92,8 @@ def _named(cause):
         return _CERTIFICATE_PROBLEMS.get(cause.verify_code, "TLS certificate not trusted")
     if isinstance(cause, ssl.SSLError):
         return "TLS handshake failed (is the receiver serving HTTPS on that port?)"
+    if isinstance(cause, (interim.TooManyInterimAnswers, interim.SwitchedProtocols)):
+        return str(cause)
     if isinstance(cause, http.client.RemoteDisconnected):
         return "connection closed by the receiver without an answer"
     if isinstance(cause, http.client.LineTooLong):
@@ -117,7 +120,8 @@ def _plain(error):
 
 
 _PRECISE = (http.client.LineTooLong, http.client.IncompleteRead, ssl.SSLError,
-            ssrf.ForbiddenAddress, ssrf.LookupTimeout)
+            ssrf.ForbiddenAddress, ssrf.LookupTimeout, interim.TooManyInterimAnswers,
+            interim.SwitchedProtocols)
 """Causes that say more than what wraps them: requests calls a body cut short
 of its Content-Length a ``ChunkedEncodingError`` and a header line too long
 a ``ConnectionError``."""
@@ -135,6 +139,23 @@ def describe(error):
     if isinstance(innermost, OSError) and innermost.strerror:
         return f"connection failed: {innermost.strerror[0].lower()}{innermost.strerror[1:]}"
     return f"connection failed: {_plain(innermost)}"[:500]
+
+
+_OUT_OF_DESCRIPTORS = {
+    errno.EMFILE: "no file descriptor left to connect: this process has too many open "
+                  "files (its RLIMIT_NOFILE)",
+    errno.ENFILE: "no file descriptor left to connect: the system has too many open files",
+}
+
+
+def out_of_descriptors(error):
+    """What to say when ``error`` came of the process (or the system) having
+    no file descriptor left, this process's trouble and not the receiver's;
+    else None."""
+    for cause in _causes(error):
+        if isinstance(cause, OSError) and cause.errno in _OUT_OF_DESCRIPTORS:
+            return _OUT_OF_DESCRIPTORS[cause.errno]
+    return None
 
 
 def timed_out(error, settings):

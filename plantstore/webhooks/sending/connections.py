@@ -10,14 +10,17 @@ has bytes waiting before it is reused, an answer not read to its end
 closes its connection (``sender``), and an error closes it.
 
 Each process keeps the adapters of its ``MOST_SUBSCRIPTIONS`` most recently
-used subscriptions; the least recently used one beyond is closed.
+used subscriptions; the least recently used one beyond is closed. How many
+connections they keep open altogether, and for how long idle, follows the
+process's descriptor limit (``descriptors``).
 """
 import collections
 import os
 import threading
 
 from ..receivers import ssrf
-from .deadline import DeadlineAdapter
+from . import descriptors
+from .guarded import GuardedAdapter
 from .pinned_address import PinnedAddressAdapter
 
 CONNECTIONS_PER_ORIGIN = 64
@@ -42,6 +45,7 @@ def adapter_for(job, settings):
     checking and pinning the address for an API subscription, plain for an
     operator's."""
     global _pid
+    descriptors.start(settings.idle_connection_seconds)
     policy = (settings.allowed_networks, settings.connect_timeout) if job.restricted else None
     key = (job.subscription_id, policy)
     closed = None
@@ -65,6 +69,6 @@ def _new_adapter(policy):
     pools = {"pool_connections": ORIGINS_PER_SUBSCRIPTION,
              "pool_maxsize": CONNECTIONS_PER_ORIGIN}
     if policy is None:
-        return DeadlineAdapter(**pools)
+        return GuardedAdapter(**pools)
     allowed, lookup_seconds = policy
     return PinnedAddressAdapter(ssrf.Policy(allowed, lookup_seconds), **pools)

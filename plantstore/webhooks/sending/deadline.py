@@ -8,30 +8,24 @@ connection); at the attempt's deadline the watchdog shuts the socket down,
 so the read blocked on it returns at once and the attempt fails. A socket
 whose attempt ended in time goes back to the pool untouched.
 
-An attempt may also have a latest start (its lease's): a request that
-would be written after it is not written at all (``LeaseRanOut``), so a
+An attempt may also have a latest start (its lease's) and a check of its
+own (``still_current``): once its connection is made, just before its
+request is written, a request past its latest start is not written at all
+(``LeaseRanOut``), nor one its check refuses (a ``NotWritten``). So a
 process that was stopped after building a request and woke after its lease
-ran out sends nothing.
+ran out sends nothing, and neither does one whose receiver was slow to
+accept while the subscription changed.
 
-Its connections read an answer as RFC 9110 section 15.2 says: every interim
-1xx answer before it (100 and 102-199) is skipped, and a 101 (a protocol
-switch a webhook does not ask for) ends the attempt as a failure.
-
-``DeadlineAdapter`` is the requests transport adapter whose connections do
-this; wrap each attempt in ``attempt_deadline(seconds, start_by)``.
+The connections of ``guarded`` obey this; wrap each attempt in
+``attempt_deadline(seconds, start_by, still_current)``.
 """
 import contextlib
 import heapq
-import http.client
 import itertools
 import os
 import socket
 import threading
 import time
-
-from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 _current = threading.local()
 
@@ -39,9 +33,10 @@ _current = threading.local()
 class _Attempt:
     """One attempt under way: its deadline and the sockets it uses."""
 
-    def __init__(self, deadline, start_by):
+    def __init__(self, deadline, start_by, still_current):
         self.deadline = deadline
         self.start_by = start_by  # time.monotonic() after which no request is written
+        self.still_current = still_current  # raises NotWritten if it must not be written
         self.written = False  # whether a request's first byte may have left
         self.ended = False
         self.cut = False
@@ -108,46 +103,27 @@ class _Watchdog:
 _watchdog = _Watchdog()
 
 
-class LeaseRanOut(Exception):
-    """The attempt's latest start passed before its request was written:
-    nothing was sent."""
+class NotWritten(Exception):
+    """A check just before the request was written refused it: nothing was sent."""
 
 
-class SwitchedProtocols(http.client.HTTPException):
-    """The receiver answered 101 Switching Protocols, which no webhook asks for."""
-
-
-MOST_INTERIM_ANSWERS = 16
-"""Interim 1xx answers skipped before an answer; more fail the attempt."""
-
-
-class _InterimSkippingResponse(http.client.HTTPResponse):
-    """An answer read past the interim 1xx answers before it."""
-
-    def _read_status(self):
-        for _ in range(MOST_INTERIM_ANSWERS):
-            version, status, reason = super()._read_status()
-            if status == 101:
-                raise SwitchedProtocols("the receiver switched protocols (HTTP 101)")
-            if not 101 < status < 200:  # an answer, or a 100 (http.client skips it)
-                return version, status, reason
-            http.client._read_headers(self.fp)  # an interim answer's header section
-        raise http.client.HTTPException(
-            f"more than {MOST_INTERIM_ANSWERS} interim 1xx answers")
+class LeaseRanOut(NotWritten):
+    """The attempt's latest start passed before its request was written."""
 
 
 @contextlib.contextmanager
-def attempt_deadline(seconds, start_by=None):
+def attempt_deadline(seconds, start_by=None, still_current=None):
     """Cut off every connection this thread uses for an attempt after
     ``seconds``; write no request after ``start_by`` (a ``time.monotonic()``;
-    None: any time before the deadline).
+    None: any time before the deadline), nor when ``still_current()``, called
+    once connected, raises.
 
     Yields the attempt; its ``cut`` tells whether the deadline cut it off,
     its ``written`` whether a request was begun. End it (``attempt.end()``)
     as soon as the answer is read, before the connection is given back to
     the pool.
     """
-    attempt = _Attempt(time.monotonic() + seconds, start_by)
+    attempt = _Attempt(time.monotonic() + seconds, start_by, still_current)
     _current.attempt = attempt
     _watchdog.watch(attempt)
     try:
@@ -157,7 +133,7 @@ def attempt_deadline(seconds, start_by=None):
         attempt.end()
 
 
-def _guard(sock):
+def guard(sock):
     """Put ``sock`` under the deadline of this thread's attempt, if any."""
     attempt = getattr(_current, "attempt", None)
     if attempt is None or sock is None:
@@ -169,56 +145,15 @@ def _guard(sock):
         attempt.cut_off()
 
 
-def _before_writing():
-    """Refuse to write a request after this thread's attempt's latest start;
-    else note that its first byte may leave from now on."""
+def before_writing():
+    """Refuse to write a request after this thread's attempt's latest start,
+    or one its check refuses; else note that its first byte may leave from
+    now on. Called once connected."""
     attempt = getattr(_current, "attempt", None)
     if attempt is None:
         return
     if attempt.start_by is not None and time.monotonic() > attempt.start_by:
         raise LeaseRanOut("its lease ran out before the request was written")
+    if attempt.still_current is not None:
+        attempt.still_current()
     attempt.written = True
-
-
-class _GuardedConnection(HTTPConnection):
-    response_class = _InterimSkippingResponse
-
-    def connect(self):
-        super().connect()
-        _guard(self.sock)
-
-    def request(self, *args, **kwargs):
-        _guard(self.sock)  # a kept-alive connection: connect() is not called again
-        _before_writing()
-        return super().request(*args, **kwargs)
-
-
-class _GuardedTLSConnection(HTTPSConnection):
-    response_class = _InterimSkippingResponse
-
-    def connect(self):
-        super().connect()
-        _guard(self.sock)
-
-    def request(self, *args, **kwargs):
-        _guard(self.sock)
-        _before_writing()
-        return super().request(*args, **kwargs)
-
-
-class _GuardedPool(HTTPConnectionPool):
-    ConnectionCls = _GuardedConnection
-
-
-class _GuardedTLSPool(HTTPSConnectionPool):
-    ConnectionCls = _GuardedTLSConnection
-
-
-class DeadlineAdapter(HTTPAdapter):
-    """requests' adapter (keep-alive pool per receiver) whose connections obey
-    ``attempt_deadline``."""
-
-    def init_poolmanager(self, *args, **kwargs):
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _GuardedPool,
-                                                   "https": _GuardedTLSPool}

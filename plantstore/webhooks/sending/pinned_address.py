@@ -7,10 +7,10 @@ import requests
 from requests.structures import CaseInsensitiveDict
 
 from ..receivers.ssrf import ForbiddenAddress, LookupTimeout, is_numeric_trick
-from .deadline import DeadlineAdapter
+from .guarded import GuardedAdapter
 
 
-class PinnedAddressAdapter(DeadlineAdapter):
+class PinnedAddressAdapter(GuardedAdapter):
     """The sender's transport adapter (hard deadline per attempt), checking
     the receiver's address at every send and connecting to the address it
     checked.

@@ -26,7 +26,7 @@ from ...encryption import SecretUnreadable, reveal
 from ..engine.receiver_text import EXCERPT_CHARS, storable
 from ..receivers.secrets import signing_secrets
 from . import attempt_errors, connections, spans
-from .deadline import LeaseRanOut, attempt_deadline
+from .deadline import LeaseRanOut, NotWritten, attempt_deadline
 from .own_trouble import NotSent
 from .signing import signature_headers
 
@@ -107,17 +107,18 @@ def _excerpt(body):
     return storable(body.decode("utf-8", errors="replace").strip()) or None
 
 
-def attempt(job, settings, context=None):
+def attempt(job, settings, context=None, still_current=None):
     """One attempt at ``job``, in its trace span (whose parent is ``context``,
     the create's, or the delivery's stored traceparent): its ``SendResult``,
     never an exception (a bug must not lose the delivery: it is retried).
-    ``NotSent`` when this process could not send it (nothing left it)."""
+    ``NotSent`` when this process could not send it, ``NotWritten`` when
+    ``still_current()`` refused it once connected (nothing left it)."""
     with spans.attempt_span(job.message_id, job.delivery_id, job.url, job.attempts + 1,
                             job.traceparent, context, job.event_type) as span:
         started_at, clock = local_now(), time.monotonic()
         try:
-            result = send(job, settings)
-        except NotSent:
+            result = send(job, settings, still_current)
+        except (NotSent, NotWritten):
             raise
         except Exception:
             log.exception("delivery %s: the attempt could not be made", job.delivery_id)
@@ -145,11 +146,13 @@ def _headers(job, settings):
     return headers
 
 
-def send(job, settings):
+def send(job, settings, still_current=None):
     """POST ``job``'s payload to its receiver once; never raises for HTTP
     trouble. ``NotSent`` for this process's own trouble before the first byte
-    left: a secret it cannot open, a lease that ran out before the request
-    was written, an error before it was."""
+    left: a secret it cannot open, no descriptor left to connect with, a
+    lease that ran out before the request was written, an error before it
+    was; ``NotWritten`` when ``still_current()``, called once connected,
+    refused it."""
     started_at = local_now()
     headers = _headers(job, settings)
     clock = time.monotonic()
@@ -157,7 +160,8 @@ def send(job, settings):
     def elapsed_ms():
         return int((time.monotonic() - clock) * 1000)
 
-    with attempt_deadline(settings.send_bound, job.latest_start(settings.send_bound)) as attempt:
+    with attempt_deadline(settings.send_bound, job.latest_start(settings.send_bound),
+                          still_current) as attempt:
         try:
             response = connections.adapter_for(job, settings).send(
                 _prepared(job.url, headers, job.payload.encode("utf-8")),
@@ -169,10 +173,15 @@ def send(job, settings):
                 response.close()  # closes the connection if the answer was not read to its end
         except LeaseRanOut as error:
             raise NotSent("lease ran out", str(error)) from None
+        except (NotSent, NotWritten):
+            raise
         except requests.Timeout as error:
             return SendResult(started_at, elapsed_ms(),
                               error=attempt_errors.timed_out(error, settings))
         except requests.RequestException as error:
+            running_out = attempt_errors.out_of_descriptors(error)
+            if running_out and not attempt.written:
+                raise NotSent("out of file descriptors", running_out) from None
             if not attempt.cut:
                 return SendResult(started_at, elapsed_ms(), error=attempt_errors.describe(error))
         except Exception as error:

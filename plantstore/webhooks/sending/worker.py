@@ -29,7 +29,7 @@ import time
 
 from ...db import clock, database, faults, is_unavailable
 from ..engine import queue, throttle
-from . import own_trouble, spans
+from . import descriptors, own_trouble, spans
 from .attempt import FINISH_MARGIN_SECONDS, attempt_and_put
 from .outcome_writer import OutcomeWriter
 from .slots import Slots
@@ -224,8 +224,11 @@ class Worker:
 
     def run_forever(self):
         """Poll for due deliveries until ``stop``; returns the tally."""
-        log.info("webhook worker started (poll every %gs, %d attempts at once)",
-                 self.settings.poll_interval, self.settings.worker_threads)
+        descriptors.start(self.settings.idle_connection_seconds)
+        limit, kept = descriptors.limits()
+        log.info("webhook worker started (poll every %gs, %d attempts at once, %d file "
+                 "descriptors: at most %d idle connections kept)",
+                 self.settings.poll_interval, self.settings.worker_threads, limit, kept)
         try:
             while not self.stopping.is_set():
                 try:

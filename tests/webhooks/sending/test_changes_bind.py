@@ -1,9 +1,11 @@
-"""A change a user makes binds every attempt that starts after its answer,
+"""A change a user makes binds every request written after its answer,
 played at real receivers while two workers and the web process drain a
 backlog: after a PATCH of URL and bearer token, a secret rotation, a lower
 rate limit or a DELETE has answered, or a 410 has disabled the subscription,
 no request goes out with the configuration it replaced (attempts already under way may still arrive,
-within ``LATE_BOUND`` of the answer on loopback)."""
+within ``LATE_BOUND`` of the answer on loopback), not even one still
+connecting to a receiver slow to accept when the change was answered."""
+import socket
 import threading
 import time
 
@@ -14,6 +16,7 @@ from helpers import bearer, post_plant, wait_until
 from plantstore.db.models import Subscription
 from plantstore.housekeeping.runner import Housekeeping
 from plantstore.webhooks.config import settings_of
+from plantstore.webhooks.sending import attempt
 from plantstore.webhooks.sending.worker import Worker
 from plugins.webhooks import PATIENT_SENDS, Answer, store_plants, verify
 
@@ -134,3 +137,100 @@ def test_no_attempt_starts_with_a_configuration_its_change_replaced(
         assert len(window) <= 4, f"{len(window)} requests in 3 s at 1 a second"
     else:
         assert not after(old, bound), f"requests reached a subscription after: {change}"
+
+
+class SlowToAccept:
+    """A receiver whose accept queue is full (backlog 0, one connection
+    waiting in it): a sender's SYN is dropped, and its connection is made
+    only at the SYN's retransmission after the queue is freed (``free``)."""
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+        self.port = self.listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/hook"
+        self._filler = socket.create_connection(("127.0.0.1", self.port))
+
+    def connecting(self):
+        """Whether a connection to it waits for its SYN's answer (SYN_SENT)."""
+        with open("/proc/net/tcp") as table:
+            rows = [line.split() for line in table.readlines()[1:]]
+        return any(row[2].endswith(f":{self.port:04X}") and row[3] == "02" for row in rows)
+
+    def free(self):
+        self.listener.accept()[0].close()
+
+    def what_the_sender_wrote(self):
+        """Accept the sender's connection, answer 200 to what it wrote, and
+        return that (b"" when it hung up without writing)."""
+        self.listener.settimeout(30)
+        connection, _ = self.listener.accept()
+        with connection:
+            connection.settimeout(30)
+            got = b""
+            while b"\r\n\r\n" not in got:
+                chunk = connection.recv(65536)
+                if not chunk:
+                    return got
+                got += chunk
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            return got
+
+    def close(self):
+        self._filler.close()
+        self.listener.close()
+
+
+class Outcomes:
+    """An attempt's outcome writer, recording what it was handed."""
+
+    def __init__(self):
+        self.given_back, self.put_ = [], []
+
+    def give_back(self, job):
+        self.given_back.append(job)
+
+    def put(self, job, result):
+        self.put_.append(result)
+        done = threading.Event()
+        done.set()
+        return done
+
+
+@pytest.mark.slow
+@pytest.mark.app_config(DRAINING)
+@pytest.mark.parametrize("change", ["url and bearer", "secret rotation", "delete", "none"])
+def test_a_change_binds_a_request_still_connecting(app, client, alice, make_receiver, change):
+    receiver = SlowToAccept()
+    try:
+        created = subscribe(client, alice, receiver.url, "old-token")
+        path = f"/webhooks/{created['id']}"
+        [job] = store_plants(app, [1], owner="alice")
+        writer = Outcomes()
+        sending = threading.Thread(target=attempt.attempt_and_put,
+                                   args=(job, settings_of(app), writer))
+        sending.start()
+        wait_until(receiver.connecting, 10, interval=0.005,
+                   message="the sender's SYN waiting for an answer")
+        if change == "url and bearer":
+            response = client.patch(path, json={"url": make_receiver().url,
+                                                "bearer": "new-token"}, headers=bearer(alice))
+        elif change == "secret rotation":
+            response = client.post(f"{path}/rotate-secret", headers=bearer(alice))
+        elif change == "delete":
+            response = client.delete(path, headers=bearer(alice))
+        else:
+            response = client.get(path, headers=bearer(alice))
+        assert response.status_code in (200, 204), response.get_json()
+        assert receiver.connecting()  # answered while the sender still connects
+        receiver.free()
+        wrote = receiver.what_the_sender_wrote()
+        sending.join(30)
+        assert not sending.is_alive()
+    finally:
+        receiver.close()
+    if change == "none":  # sent as it was: the check refuses no current job
+        assert b"authorization: bearer old-token" in wrote.lower(), wrote
+        assert [result.status_code for result in writer.put_] == [200]
+    else:
+        assert wrote == b"", f"a request was written after {change}: {wrote!r}"
+        assert (writer.given_back, writer.put_) == ([job], [])

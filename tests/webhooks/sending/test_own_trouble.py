@@ -16,7 +16,7 @@ from plantstore.db.models import Attempt, Delivery, Subscription
 from plantstore.housekeeping.runner import Housekeeping
 from plantstore.observability import metrics
 from plantstore.webhooks.config import settings_of
-from plantstore.webhooks.sending import attempt
+from plantstore.webhooks.sending import attempt, own_trouble
 from plantstore.webhooks.sending.worker import Worker
 from plugins.webhooks import PATIENT_SENDS, Answer, store_plants, verify
 
@@ -32,6 +32,13 @@ def plantstore(database_url, *args, keys):
     result = run_plantstore(*args, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     return result
+
+
+@pytest.fixture(autouse=True)
+def avoidance_of_this_test_only(monkeypatch):
+    """The subscriptions a worker here leaves to others are forgotten after
+    the test: the next test's subscriptions reuse their ids."""
+    monkeypatch.setattr(own_trouble, "_avoided", {})
 
 
 def not_sent(reason):
