@@ -46,6 +46,8 @@ from peewee import SqliteDatabase
 from playhouse.migrate import PostgresqlMigrator
 from playhouse.migrations import Runner
 
+from .sqlite_folder import folder_problem
+
 log = logging.getLogger(__name__)
 
 FIRST_LOCK_TIMEOUT_MS = 200
@@ -216,8 +218,12 @@ def upgrading(database, say):
 
 @contextlib.contextmanager
 def _sqlite_upgrade_lock(path, say):
-    """``flock`` of ``<path>-upgrade``, whose holder writes who it is there."""
-    fd = os.open(f"{path}-upgrade", os.O_RDWR | os.O_CREAT, 0o644)
+    """``flock`` of ``<path>-upgrade``, whose holder writes who it is there
+    (``UpgradeError`` if the database's folder cannot hold that file)."""
+    try:
+        fd = os.open(f"{path}-upgrade", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise UpgradeError(folder_problem(path, error)) from None
     try:
         began, progress, holder = time.monotonic(), Progress(say), None
         while True:

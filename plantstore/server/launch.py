@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import click
@@ -71,6 +72,8 @@ def _socket_path(raw):
 def _metrics_dir(raw):
     try:
         os.makedirs(raw, exist_ok=True)  # as config/gunicorn.conf.py and metrics.py do
+        with tempfile.TemporaryFile(dir=raw):  # each process writes its files there
+            pass
     except OSError as error:
         return f"must be a directory this user can make and write ({error.strerror})"
 
