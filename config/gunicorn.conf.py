@@ -28,6 +28,22 @@ import os
 import sys
 import tempfile
 
+# A read-only root without a tmpfs on /tmp leaves tempfile no directory:
+# gunicorn's worker heartbeat files and the metrics directory below then go
+# to /dev/shm (in memory, writable in containers), the workers inheriting
+# TMPDIR; without that either, one line says what to mount.
+try:
+    tempfile.gettempdir()
+except FileNotFoundError:
+    os.environ["TMPDIR"] = "/dev/shm"
+    try:
+        tempfile.gettempdir()
+    except FileNotFoundError:
+        print("Error: no writable temporary directory (TMPDIR, /tmp, /var/tmp, /dev/shm): "
+              "mount a tmpfs on /tmp (docker run --tmpfs /tmp) or set TMPDIR to a writable "
+              "directory", file=sys.stderr)
+        sys.exit(1)
+
 # Metric storage must be chosen before prometheus_client is first imported
 # (below, through plantstore), and the workers inherit it from here.
 # A directory made here is remembered in the environment, so a configuration
