@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 import requests
@@ -49,7 +50,7 @@ def refusal(argv, env):
     assert "Traceback" not in result.stderr, result.stderr
     assert (result.returncode, result.stdout) == (2, ""), result.stderr
     [line] = result.stderr.splitlines()  # none of gunicorn's retries
-    assert list((REPO / env["TMPDIR"]).iterdir()) == []  # no metrics folder left behind
+    assert list(Path(env["TMPDIR"]).iterdir()) == []  # no metrics folder left behind
     return line
 
 
