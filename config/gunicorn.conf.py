@@ -28,6 +28,22 @@ import os
 import sys
 import tempfile
 
+# A read-only root without a tmpfs on /tmp leaves tempfile no directory:
+# gunicorn's worker heartbeat files and the metrics directory below then go
+# to /dev/shm (in memory, writable in containers), the workers inheriting
+# TMPDIR; without that either, one line says what to mount.
+try:
+    tempfile.gettempdir()
+except FileNotFoundError:
+    os.environ["TMPDIR"] = "/dev/shm"
+    try:
+        tempfile.gettempdir()
+    except FileNotFoundError:
+        print("Error: no writable temporary directory (TMPDIR, /tmp, /var/tmp, /dev/shm): "
+              "mount a tmpfs on /tmp (docker run --tmpfs /tmp) or set TMPDIR to a writable "
+              "directory", file=sys.stderr)
+        sys.exit(1)
+
 # Metric storage must be chosen before prometheus_client is first imported
 # (below, through plantstore), and the workers inherit it from here.
 # A directory made here is remembered in the environment, so a configuration
@@ -45,12 +61,13 @@ except OSError as error:  # as plantstore.server.launch's check says it, exit st
 
 # Imported here, in the master, so post_fork stays instant: a SIGTERM that
 # reaches a worker before gunicorn installs its signal handlers is lost.
+from plantstore.server import binds, start
 from plantstore.server import gunicorn as plantstore_gunicorn
 
 # An unusable PLANTSTORE_* setting, an unusable value of one of the variables
-# read below, or an address another program listens on stops the server
-# here, in one line, before it binds.
-plantstore_gunicorn.check_configuration()
+# read below, or an address gunicorn cannot listen on (that of --bind if
+# given, else the bind below) stops the server here, in one line, before it binds.
+start.check_configuration(sys.argv[1:])
 # With the OTEL_* variables set, what tracing needs is imported here, once;
 # each worker starts its own exporting after the fork (see post_fork).
 plantstore_gunicorn.prepare_tracing()
@@ -58,8 +75,7 @@ plantstore_gunicorn.prepare_tracing()
 # malformed HTTP) get the service's JSON error shape, not an HTML page.
 plantstore_gunicorn.answer_protocol_errors_in_json()
 
-bind = (os.environ.get("GUNICORN_BIND")
-        or f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}")
+bind = binds.default_bind(os.environ)  # GUNICORN_BIND, else HOST:PORT ([HOST]:PORT for IPv6)
 workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2))
 # gthread with 8 threads on SQLite and PostgreSQL alike, chosen by
 # measurement (docs/server-model.md: make bench-ab, sync against gthread,
@@ -122,4 +138,4 @@ child_exit = plantstore_gunicorn.forget_exited_worker
 # by its deadline, connect + read timeout), writes their outcomes, then
 # exports its last spans (at most 5 s).
 worker_exit = plantstore_gunicorn.before_worker_exit
-on_exit = plantstore_gunicorn.remove_owned_metrics_dir
+on_exit = start.remove_owned_metrics_dir

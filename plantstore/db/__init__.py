@@ -7,13 +7,14 @@ serve SQLite in one test and PostgreSQL in the next.
 import collections
 import logging
 import os
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import peewee
 from peewee import DatabaseProxy, InterfaceError, OperationalError, SqliteDatabase
 from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase
 
 from ..settings import SettingError
+from ..settings.values import redacted_url
 from .runner import GivingWayRunner
 from .sqlite_turns import DEFAULT_WRITE_WAIT_SECONDS, FILE_REPLACED, TurnTakingSqliteDatabase
 from .upgrade_lock import upgrading
@@ -65,13 +66,18 @@ def database_from_url(url, pool_size=8, sqlite_write_wait=DEFAULT_WRITE_WAIT_SEC
     on SQLite a write waits at most ``sqlite_write_wait`` seconds for its turn.
 
     A URL that names no supported database, or whose driver is not
-    installed, is a ``ValueError`` saying what to change.
+    installed, is a ``ValueError`` saying what to change, the URL's password
+    hidden. The user name and password are percent-decoded, as libpq does.
     """
+    shown = redacted_url(url)
     try:
         parts = urlsplit(url)
+        if "@" not in parts.netloc and "@" in url.partition("://")[2][len(parts.netloc):]:
+            raise ValueError("its user name or password holds a character that must be "
+                             "percent-encoded: / as %2F, # as %23, ? as %3F, @ as %40")
         port = parts.port
     except ValueError as error:
-        raise ValueError(f"{url!r} is not a valid URL ({error})") from None
+        raise ValueError(f"{shown!r} is not a valid URL ({error})") from None
     scheme = parts.scheme.split("+")[0]
     if scheme == "sqlite":
         path = parts.path[1:] if parts.path.startswith("/") else parts.path
@@ -95,12 +101,18 @@ def database_from_url(url, pool_size=8, sqlite_write_wait=DEFAULT_WRITE_WAIT_SEC
             raise ValueError(f"unknown connection option(s) {', '.join(unknown)} in "
                              f"the URL; allowed: {', '.join(sorted(POSTGRES_URL_OPTIONS))}")
         return LocallyCheckedPostgresqlDatabase(
-            parts.path.lstrip("/"), user=parts.username, password=parts.password,
+            parts.path.lstrip("/"), user=_decoded(parts.username),
+            password=_decoded(parts.password),
             host=parts.hostname, port=port, max_connections=pool_size,
             stale_timeout=300, timeout=10, **options)
     raise ValueError(
         f"unsupported database URL scheme {parts.scheme!r}: "
         "use sqlite:///path.db or postgresql://user@host/dbname")
+
+
+def _decoded(part):
+    """A percent-encoded part of a URL (user name, password) as it is meant, or None."""
+    return None if part is None else unquote(part)
 
 
 DATABASE_NOW = {"postgresql": "(now() AT TIME ZONE 'UTC')",

@@ -13,6 +13,7 @@ import time
 from peewee import SqliteDatabase
 
 from .runner import Progress, UpgradeError
+from .sqlite_folder import folder_problem
 
 WAIT_FOR_OTHER_UPGRADE_SECONDS = 1800
 """How long an upgrade waits for another upgrade of the same database to end."""
@@ -57,8 +58,12 @@ def upgrading(database, say):
 
 @contextlib.contextmanager
 def _sqlite_upgrade_lock(path, say):
-    """``flock`` of ``<path>-upgrade``, whose holder writes who it is there."""
-    fd = os.open(f"{path}-upgrade", os.O_RDWR | os.O_CREAT, 0o644)
+    """``flock`` of ``<path>-upgrade``, whose holder writes who it is there
+    (``UpgradeError`` if the database's folder cannot hold that file)."""
+    try:
+        fd = os.open(f"{path}-upgrade", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise UpgradeError(folder_problem(path, error)) from None
     try:
         began, progress, holder = time.monotonic(), Progress(say), None
         while True:

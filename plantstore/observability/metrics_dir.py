@@ -6,6 +6,7 @@ is one of the server's options, given through the environment: see
 ``server/launch.py``, which checks it with the others)."""
 import os
 import sys
+import tempfile
 
 VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -18,6 +19,8 @@ def problem(raw):
     what it must be."""
     try:
         os.makedirs(raw, exist_ok=True)
+        with tempfile.TemporaryFile(dir=raw):  # each process writes its files there
+            pass
     except OSError as error:
         return f"must be a directory this user can make and write ({error.strerror})"
     return None

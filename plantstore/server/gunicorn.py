@@ -14,22 +14,16 @@
   processes again as clients make them anew.
 - ``before_worker_exit``: a stopping worker's webhook attempts end and its
   last spans are exported.
-- ``forget_exited_worker`` and ``remove_owned_metrics_dir``: the per-worker
-  metric files of prometheus_client's multiprocess mode.
-- ``check_configuration``: the master refuses to start, with one line, when
-  a ``PLANTSTORE_*`` setting or one of gunicorn's own variables
-  (``SERVER_VARIABLES``, in ``web_server.py``) is unusable, or its address is
-  taken.
+- ``forget_exited_worker``: the per-worker metric files of
+  prometheus_client's multiprocess mode.
+
+The master's checks before it binds are ``start.py``'s.
 """
-import errno
 import json
 import logging
 import os
 import queue
-import shutil
 import signal
-import socket
-import sys
 import time
 
 from flask import Flask
@@ -38,12 +32,9 @@ from gunicorn.http.errors import LimitRequestLine
 from gunicorn.workers.base import Worker
 from prometheus_client import multiprocess
 
-from .. import encryption, settings
-from ..db import configured_database, database
+from ..db import database
 from ..observability import logs, tracing
 from ..webhooks.config import web_sender_of
-from ..webhooks.subscriptions import stored_secrets
-from .launch import SERVER_VARIABLES, exit_if_unusable, host_and_port
 
 
 class JSONAccessLogger(glogging.Logger):
@@ -218,77 +209,6 @@ def _stop_was_queued(signals):
             return found
 
 
-def check_configuration():
-    """Exit with one line on stderr if a setting (``PLANTSTORE_*``, one of
-    ``SERVER_VARIABLES``, or an ``OTEL_*`` one tracing needs) is unusable, or
-    the address to listen on is taken (before binding, before any fork): exit
-    status 2 for one of ``SERVER_VARIABLES`` (``plantstore web`` checks them
-    too, before gunicorn starts), 1 for the rest. A refused start leaves no
-    metrics directory of its own behind."""
-    try:
-        exit_if_unusable(os.environ, SERVER_VARIABLES)  # the server's options: exit status 2
-        try:
-            values = settings.read()
-            configured = configured_database(values)
-            tracing.check_configuration()
-            check_address_free(os.environ)
-            check_stored_secrets(values, configured)
-        except settings.SettingError as error:
-            sys.exit(f"Error: {error}")
-    except SystemExit:
-        _remove_owned_metrics_dir()
-        raise
-
-
-_address_checked = False
-"""Set once the address was found free: a reload (SIGHUP) reads the
-configuration again in the master already listening there."""
-
-
-def check_address_free(environ):
-    """``SettingError`` when another program listens where gunicorn is to:
-    one line instead of gunicorn's retries. Inherited sockets (a USR2
-    upgrade, socket activation) and unix sockets are not looked at."""
-    global _address_checked
-    if _address_checked or "GUNICORN_FD" in environ or "LISTEN_FDS" in environ:
-        return
-    bind = environ.get("GUNICORN_BIND")
-    if bind and (bind.startswith(("unix:", "fd://"))):
-        return
-    if bind:
-        host, port = host_and_port(bind)
-        where, change = f"GUNICORN_BIND {bind}", "another GUNICORN_BIND"
-    else:
-        host, port = environ.get("HOST", "127.0.0.1"), environ.get("PORT", "8000")
-        where, change = f"PORT {port} on {host}", "another PORT (e.g. PORT=8001 make run)"
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host or None, int(port or 8000), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
-        try:
-            probe.bind(address)
-        except OSError as error:
-            why = ("another program listens there: stop it, or set"
-                   if error.errno == errno.EADDRINUSE else f"{error.strerror}: set")
-            raise settings.SettingError(f"{where} cannot be listened on, {why} {change}") \
-                from None
-    _address_checked = True
-
-
-def check_stored_secrets(values, configured):
-    """Refuse to start (``SettingError``) if a stored webhook secret is one no
-    key of ``PLANTSTORE_ENCRYPTION_KEYS`` opens (see ``stored_secrets``); the
-    master's connection is closed again before any fork. What it logs is
-    JSON already (gunicorn applies ``logconfig`` only after this file)."""
-    logs.configure_process_logging()
-    encryption.use(values["ENCRYPTION_KEYS"])
-    database.initialize(configured)
-    try:
-        stored_secrets.check_at_start()
-    finally:
-        database.close_all()
-
-
 KEEPALIVE_REQUESTS = 25
 """Requests a kept-alive connection serves before it is closed (nginx's
 ``keepalive_requests`` for gunicorn's side)."""
@@ -331,18 +251,3 @@ def before_worker_exit(server, worker):
 def forget_exited_worker(server, worker):
     """Forget the live gauges of a worker that exited (gunicorn ``child_exit``)."""
     multiprocess.mark_process_dead(worker.pid)
-
-
-def remove_owned_metrics_dir(server):
-    """Remove the temporary metrics directory this server start made (``on_exit``).
-
-    A master started by a USR2 upgrade gets the original environment, so it
-    makes (and later removes) its own directory: this one is nobody else's.
-    """
-    _remove_owned_metrics_dir()
-
-
-def _remove_owned_metrics_dir():
-    owned = os.environ.get("GUNICORN_OWNED_METRICS_DIR")
-    if owned and owned == os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        shutil.rmtree(owned, ignore_errors=True)

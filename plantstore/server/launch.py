@@ -54,28 +54,25 @@ def _host(raw):
 
 
 def _bind(raw):
-    if raw.startswith("unix:"):
-        return _socket_path(raw[len("unix:"):])
-    if raw.startswith("fd://"):
-        return None if raw[len("fd://"):].isdigit() else "must be fd://N with N a number"
-    host, port = host_and_port(raw)
-    if port is not None and _whole_number(1, 65535)(port):
-        return "must be HOST:PORT with a port from 1 to 65535, unix:PATH or fd://N"
-    return host and _host(host)
+    # gunicorn.util imports no gunicorn.config; binds.py tries the address itself
+    from gunicorn.util import parse_address
+    try:
+        address = parse_address(raw)
+    except RuntimeError:
+        address = None
+    if isinstance(address, str):
+        return _socket_path(address)
+    if isinstance(address, int):
+        return None
+    if address is None or not 1 <= address[1] <= 65535:
+        return ("must be HOST:PORT with a port from 1 to 65535 ([HOST]:PORT for an IPv6 "
+                "address), unix:PATH or fd://N")
+    return address[0] and _host(address[0])
 
 
 def _socket_path(raw):
     if not os.path.isdir(os.path.dirname(os.path.abspath(raw))):
         return "must be a path in an existing directory"
-
-
-def host_and_port(bind):
-    """``host:port``, ``[v6]:port`` or ``host`` split (the port None when absent)."""
-    if bind.startswith("["):
-        host, _, rest = bind[1:].partition("]")
-        return host, rest[1:] if rest.startswith(":") else None
-    host, colon, port = bind.rpartition(":")
-    return (host, port) if colon else (bind, None)
 
 
 SERVER_VARIABLES = {

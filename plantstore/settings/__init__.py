@@ -10,7 +10,7 @@ import dataclasses
 import os
 
 from ..encryption import parse_keys
-from .values import integer, networks, number, rate_limits, schedule, text
+from .values import integer, networks, number, quoted_url, rate_limits, schedule, text
 
 ENV_PREFIX = "PLANTSTORE_"
 
@@ -44,7 +44,7 @@ HOUR, DAY = 3600, 86400
 
 SETTINGS = (
     Setting("DATABASE_URL", "sqlite:///plantstore.db",
-            text(r"\S{1,4096}", "a database URL (1 to 4096 characters, no spaces)"),
+            text(r"\S{1,4096}", "a database URL (1 to 4096 characters, no spaces)", quoted_url),
             "Where plants live: `sqlite:///relative.db`, `sqlite:////absolute.db` or "
             "`postgresql://user:password@host:port/dbname`."),
     Setting("DATABASE_POOL_SIZE", 10, integer(1, 1000),
@@ -134,7 +134,7 @@ SETTINGS = (
             "token) may make to the API, in Flask-Limiter's notation; empty: no limit."),
     Setting("RATE_LIMIT_STORAGE_URI", "memory://",
             text(r"memory://|(redis|rediss|redis\+unix)://\S+",
-                 "`memory://` or a `redis://host:port/db` URL"),
+                 "`memory://` or a `redis://host:port/db` URL", quoted_url),
             "Where rate limit counts live: `memory://` counts per process; "
             "`redis://host:port/db` shares them between every process and machine."),
     Setting("RATE_LIMIT_REDIS_TIMEOUT", 0.05, number(0, 5, above_minimum=True),

@@ -79,16 +79,34 @@ def schedule(longest, most_steps):
     return parse
 
 
-def text(pattern, description):
-    """A parser of text matching ``pattern`` (a regular expression)."""
+def text(pattern, description, shown=repr):
+    """A parser of text matching ``pattern`` (a regular expression); a value
+    refused is quoted as ``shown`` makes it (``url``: its password hidden)."""
     compiled = re.compile(pattern)
 
     def parse(raw):
         if not isinstance(raw, str) or not compiled.fullmatch(raw):
-            raise ValueError(f"must be {description}, not {raw!r}")
+            raise ValueError(f"must be {description}, not {shown(raw)}")
         return raw
     parse.allowed = description
     return parse
+
+
+def redacted_url(url):
+    """``url`` with the password of its user info as ``***``. The user info
+    runs to the last ``@``, so a password holding an unencoded ``/``, ``#``,
+    ``?`` or ``@`` (which URL parsers cut short) is hidden whole."""
+    scheme, separator, rest = url.partition("://")
+    userinfo, at, place = rest.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    if not (separator and at and colon):
+        return url
+    return f"{scheme}://{user}:***@{place}"
+
+
+def quoted_url(raw):
+    """A URL quoted in an error line: its password hidden (``redacted_url``)."""
+    return repr(redacted_url(raw)) if isinstance(raw, str) else repr(raw)
 
 
 def rate_limits(raw):

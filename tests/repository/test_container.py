@@ -355,8 +355,8 @@ def test_web_worker_and_commands_serve_the_readme_session_and_a_signed_webhook(
 
     assert podman("healthcheck", "run", web, check=False).returncode == 0
     assert podman("healthcheck", "run", worker, check=False).returncode == 0
-    refused = podman("exec", "-e", "PORT=1", web, "/opt/plantstore/healthcheck", check=False)
-    assert refused.returncode == 1, refused.stderr
+    # The check asks where gunicorn listens, whatever the variables say; each
+    # bind form, and a gunicorn that does not answer: tests/server/test_healthcheck.py.
 
     took, code = podman.stop(web, WEB_STOP_SECONDS)
     assert code == 0, podman.logs(web)

@@ -10,13 +10,17 @@
   ``plantstore_webhook_failure_streak{subscription}``: each active
   subscription's circuit breaker.
 
-A database that cannot be read leaves its gauges out of the scrape (and
-says so in the log); the rest of ``/metrics`` still answers.
+A database that cannot be read leaves its gauges out of the scrape; the
+rest of ``/metrics`` still answers. The log says so in one line when that
+starts and in one when the gauges can be read again (``ScrapeTrouble``), as
+the webhook worker does, not at every scrape.
 """
 import logging
+import threading
 
 from prometheus_client.core import GaugeMetricFamily
 
+from ...db import is_unavailable
 from ...db.models import Subscription
 from ...observability import metrics
 from .backlog import oldest_due_age, sendable
@@ -24,9 +28,41 @@ from .backlog import oldest_due_age, sendable
 log = logging.getLogger(__name__)
 
 
+class ScrapeTrouble:
+    """What this process's scrapes say of the database: one line when the
+    gauges cannot be read for its being unavailable, one when they can
+    again; any other failure (a bug) with its traceback, each time."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.unavailable = False
+
+    def failed(self, what, error):
+        """Reading ``what`` failed with ``error``."""
+        if not is_unavailable(error):
+            log.error("could not read %s for /metrics", what, exc_info=error)
+            return
+        with self.lock:
+            started, self.unavailable = not self.unavailable, True
+        if started:
+            detail = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            log.warning("the webhook gauges are left out of /metrics: the database cannot "
+                        "serve (%s)", detail)
+
+    def read(self):
+        """A scrape read the gauges."""
+        with self.lock:
+            ended, self.unavailable = self.unavailable, False
+        if ended:
+            log.info("the webhook gauges are on /metrics again: the database serves")
+
+
 class OutboxBacklogCollector:
     """The pending deliveries, the oldest due one's age and the disabled
     subscriptions, read from the database at scrape time."""
+
+    def __init__(self, trouble):
+        self.trouble = trouble
 
     def collect(self):
         try:
@@ -34,9 +70,10 @@ class OutboxBacklogCollector:
             oldest_due = oldest_due_age()
             disabled = Subscription.select().where(
                 Subscription.is_active == False).count()  # noqa: E712
-        except Exception:  # an unreachable database must not break the scrape
-            log.warning("could not count pending webhook deliveries", exc_info=True)
+        except Exception as error:  # the rest of the scrape answers
+            self.trouble.failed("the webhook backlog", error)
             return
+        self.trouble.read()
         yield GaugeMetricFamily("plantstore_outbox_pending_deliveries",
                                 "Webhook deliveries waiting to be delivered.",
                                 value=pending)
@@ -52,14 +89,18 @@ class OutboxBacklogCollector:
 class BreakerCollector:
     """Each active subscription's circuit breaker, read from the database at scrape time."""
 
+    def __init__(self, trouble):
+        self.trouble = trouble
+
     def collect(self):
         try:
             rows = list(Subscription.select(
                 Subscription.id, Subscription.failure_streak, Subscription.breaker_opened_at)
                 .where(Subscription.is_active == True).tuples())  # noqa: E712
-        except Exception:  # an unreachable database must not break the scrape
-            log.warning("could not read the webhook circuit breakers", exc_info=True)
+        except Exception as error:  # the rest of the scrape answers
+            self.trouble.failed("the webhook circuit breakers", error)
             return
+        self.trouble.read()
         is_open = GaugeMetricFamily(
             "plantstore_webhook_breaker_open",
             "1 while the subscription's circuit breaker is open, else 0.",
@@ -76,5 +117,6 @@ class BreakerCollector:
 
 def init_app(app):
     """Put the webhook gauges on ``app``'s ``/metrics``."""
-    metrics.add_scrape_collector(app, OutboxBacklogCollector())
-    metrics.add_scrape_collector(app, BreakerCollector())
+    trouble = ScrapeTrouble()
+    metrics.add_scrape_collector(app, OutboxBacklogCollector(trouble))
+    metrics.add_scrape_collector(app, BreakerCollector(trouble))
