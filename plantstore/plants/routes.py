@@ -56,9 +56,9 @@ def list_plants(limit=None, after=None):
     headers = {}
     if len(rows) > limit:
         rows = rows[:limit]
-        next_page = f"{request.script_root}/plants?limit={limit}&after={rows[-1][0]}"
+        next_page = f"{request.script_root}/plants?limit={limit}&after={rows[-1]['id']}"
         headers["Link"] = f'<{next_page}>; rel="next"'
-    return json_response([plant_json(name, tag) for _, name, tag in rows],
+    return json_response([plant_json(row["name"], row["tag"]) for row in rows],
                           headers=headers)
 
 

@@ -248,12 +248,19 @@ SQL_TEXT_MODULES = {"plantstore/db/__init__.py", "plantstore/db/clock.py",
 locks, the clock, the migrations' bookkeeping)."""
 
 
-def test_sql_is_named_in_sql_files_or_a_hot_statement_and_crud_is_peewee():
-    """The SQL rule of docs/development.md: the engine's statements are named
-    queries in ``.sql`` files (``db.named_sql.Queries``); a hot path's text is
-    a ``db.Statement``, kept in the module that runs it; everything else is
-    peewee. So nothing outside ``db/`` and the migrations runs SQL text with
-    ``execute_sql``, and only the delivery stores load ``.sql`` files."""
+SQL_FILE_LOADERS = {"plantstore/plants/queries.py", "plantstore/web/auth.py"}
+"""The hot paths whose peewee query costs more to build than to run, beside
+the delivery stores (``webhooks/engine/store/``): the modules that run named
+statements of a ``.sql`` file."""
+
+
+def test_sql_text_is_named_statements_in_sql_files_and_crud_is_peewee():
+    """The SQL rule of docs/development.md: SQL text is a named statement of a
+    ``.sql`` file, loaded by ``db.named_sql.Queries`` (the one loader) in the
+    module of the same name beside it, only by the delivery stores and the
+    hot paths; everything else is peewee. So nothing outside ``db/`` and the
+    migrations runs SQL text with ``execute_sql``."""
+    loaders = set()
     for path in (REPO / "plantstore").rglob("*.py"):
         relative = path.relative_to(REPO).as_posix()
         text = path.read_text()
@@ -261,4 +268,21 @@ def test_sql_is_named_in_sql_files_or_a_hot_statement_and_crud_is_peewee():
             continue
         assert "execute_sql" not in text, relative
         if "Queries(" in text:
-            assert relative.startswith("plantstore/webhooks/engine/store/"), relative
+            loaders.add(relative)
+            assert relative in SQL_FILE_LOADERS \
+                or relative.startswith("plantstore/webhooks/engine/store/"), relative
+            assert f'"{path.stem}.sql"' in text, relative
+    assert SQL_FILE_LOADERS <= loaders
+    for sql_file in (REPO / "plantstore").rglob("*.sql"):
+        relative = sql_file.relative_to(REPO).as_posix()
+        if not relative.startswith("plantstore/db/migrations/functions/"):
+            assert relative.removesuffix(".sql") + ".py" in loaders, relative
+
+
+def test_there_is_one_sql_loader():
+    """No second way to run SQL text: the loader is ``db.named_sql.Queries``."""
+    for path in (REPO / "plantstore").rglob("*.py"):
+        classes = {node.name for node in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(node, ast.ClassDef)}
+        if path.name != "named_sql.py":
+            assert not classes & {"Statement", "Queries"}, path
