@@ -20,6 +20,7 @@ from ..observability.logs import one_line
 from ..web.fields import UtcTimestamp
 from ..webhooks.config import settings_of
 from ..webhooks.engine import backlog, queue
+from ..webhooks.engine.refusals import disabled_refusal, enable_command
 from ..webhooks.sending.worker import Worker
 from ..webhooks.subscriptions import stored_secrets
 from .params import DELIVERY_ID, LIST_LIMIT, ROW_ID, days
@@ -142,8 +143,7 @@ def deliveries_recover(subscription_id, since):
     subscription = find_subscription(subscription_id)
     if not subscription.is_active:
         raise click.ClickException(
-            f"subscription {subscription_id} is disabled; enable it first with "
-            f"`plantstore webhooks enable {subscription_id}`")
+            disabled_refusal(subscription, enable_command(subscription_id)))
     queued = queue.recover(subscription_id, since)
     click.echo(f"queued {queued} failed deliveries of subscription {subscription_id} again")
 

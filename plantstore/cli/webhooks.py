@@ -17,6 +17,7 @@ from ..db.models import Delivery, Subscription
 from ..observability.logs import one_line
 from ..webhooks.config import settings_of
 from ..webhooks.engine import queue, throttle
+from ..webhooks.engine.refusals import disabled_refusal, enable_command
 from ..webhooks.receivers import registration
 from ..webhooks.receivers import secrets as receiver_secrets
 from ..webhooks.sending import own_trouble, sender
@@ -178,8 +179,7 @@ def webhooks_test(subscription_id):
     subscription = find_subscription(subscription_id)
     if not subscription.is_active:
         raise click.ClickException(
-            f"subscription {subscription_id} is disabled "
-            f"({one_line(subscription.disabled_reason or 'no reason recorded')}); enable it first")
+            disabled_refusal(subscription, enable_command(subscription_id)))
     delivery = queue.enqueue_test_event(subscription_id)
     send_now(delivery.id, failed="failed")
 

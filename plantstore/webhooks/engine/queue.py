@@ -32,6 +32,7 @@ from ...observability import metrics
 from . import backlog, rules, store
 from .job import LEASE_MARGIN_SECONDS, Job  # noqa: F401 (part of the queue's face)
 from .receiver_text import storable
+from .refusals import disabled_refusal, enable_command
 from .rules import DELIVERED, FAILED, FAILING, GONE, RETRY
 
 log = logging.getLogger(__name__)
@@ -130,10 +131,7 @@ def take_for_resend(delivery_id, settings):
                             f"on {delivery.delivered_at:%Y-%m-%d %H:%M:%S} UTC")
     subscription = delivery.subscription
     if not subscription.is_active:
-        raise ResendRefused(
-            f"subscription {subscription.id} is disabled "
-            f"({subscription.disabled_reason or 'no reason recorded'}); "
-            f"enable it first with `plantstore webhooks enable {subscription.id}`")
+        raise ResendRefused(disabled_refusal(subscription, enable_command(subscription.id)))
     backend = store.current()
     if not backend.take_for_resend(delivery_id, settings.lease_seconds):
         raise ResendRefused(f"delivery {delivery_id} is being sent right now; "

@@ -10,8 +10,10 @@ from flask_smorest import abort
 from ...db.models import Attempt, Delivery, Subscription
 from ...web.api import Blueprint, json_response, no_content
 from ...web.auth import WEBHOOKS_READ, WEBHOOKS_WRITE
+from ...web.paging import link_header_doc, next_page_link
 from ..config import settings_of
 from ..engine import queue
+from ..engine.refusals import disabled_refusal
 from ..receivers import ssrf
 from . import audience, secrets, store
 from .schemas import (
@@ -32,10 +34,7 @@ INTEGER = re.compile(r"-?[0-9]+")
 # Named apart from the document's own "webhooks" (the New Plant event).
 blp = Blueprint("webhook-receivers", __name__, description="Your webhook receivers")
 
-LINK_HEADER_DOC = {"Link": {
-    "description": 'RFC 8288 link to the next page (rel="next"), present when '
-                   "older deliveries follow",
-    "schema": {"type": "string"}}}
+LINK_HEADER_DOC = link_header_doc("older deliveries")
 LOCATION_HEADER_DOC = {"Location": {"description": "The new subscription",
                                     "schema": {"type": "string"}}}
 
@@ -73,9 +72,8 @@ def _check_reachable(url):
 def _active(subscription):
     """``subscription`` if it is active; a 409 saying to enable it otherwise."""
     if not subscription.is_active:
-        abort(409, message=f"Webhook subscription {subscription.id} is disabled "
-                           f"({subscription.disabled_reason or 'no reason recorded'}); "
-                           "enable it first.")
+        refusal = disabled_refusal(subscription, f"POST /webhooks/{subscription.id}/enable")
+        abort(409, message=f"{refusal[0].upper()}{refusal[1:]}.")
     return subscription
 
 
@@ -216,10 +214,9 @@ def list_deliveries(id, limit, status=None, after=None):
     headers = {}
     if len(deliveries) > limit:
         deliveries = deliveries[:limit]
-        status_part = f"&status={status}" if status else ""
-        next_page = (f"{request.script_root}/webhooks/{subscription.id}/deliveries"
-                     f"?limit={limit}{status_part}&after={deliveries[-1].id}")
-        headers["Link"] = f'<{next_page}>; rel="next"'
+        headers["Link"] = next_page_link(f"/webhooks/{subscription.id}/deliveries",
+                                         limit=limit, status=status or None,
+                                         after=deliveries[-1].id)
     attempts = collections.defaultdict(list)
     if deliveries:
         for attempt in (Attempt.select()
