@@ -19,7 +19,7 @@ from ..observability import tracing
 from ..observability.logs import one_line
 from ..web.fields import UtcTimestamp
 from ..webhooks.config import settings_of
-from ..webhooks.engine import backlog, queue
+from ..webhooks.engine import backlog, queue, retention
 from ..webhooks.engine.refusals import disabled_refusal, enable_command
 from ..webhooks.sending.worker import Worker
 from ..webhooks.subscriptions import stored_secrets
@@ -155,7 +155,7 @@ def deliveries_purge(days):
     """Delete delivered and failed deliveries older than DAYS, with their
     attempts, in small batches; pending ones are never deleted."""
     days = days or settings_of(current_app).retention_days
-    deleted = queue.purge(days)
+    deleted = retention.purge(days)
     click.echo(f"deleted {deleted} deliveries older than {days} days")
 
 
