@@ -18,7 +18,6 @@ import logging
 from prometheus_client.core import GaugeMetricFamily
 
 from ...db.models import Subscription
-from ...observability import metrics
 from .backlog import oldest_due_age, sendable
 
 log = logging.getLogger(__name__)
@@ -74,7 +73,7 @@ class BreakerCollector:
         yield streak
 
 
-def init_app(app):
-    """Put the webhook gauges on ``app``'s ``/metrics``."""
-    metrics.add_scrape_collector(app, OutboxBacklogCollector())
-    metrics.add_scrape_collector(app, BreakerCollector())
+def collectors():
+    """The webhook gauges' collectors, which ``/metrics`` reads at each
+    scrape (``create_app`` registers them: the engine knows no Flask app)."""
+    return [OutboxBacklogCollector(), BreakerCollector()]
