@@ -5,7 +5,7 @@ from . import encryption, settings
 from .cli import register_commands
 from .db import init_database
 from .observability.logs import init_logging
-from .observability.metrics import init_metrics
+from .observability.metrics import add_scrape_collector, init_metrics
 from .observability.tracing import init_app as init_tracing
 from .plants.routes import blp as plants_blp
 from .plants.schemas import NewPlantSchema
@@ -41,7 +41,8 @@ def create_app(config=None):
     init_webhooks(app)
     init_request_ids(app)
     init_metrics(app)
-    webhook_gauges.init_app(app)
+    for collector in webhook_gauges.collectors():
+        add_scrape_collector(app, collector)
     webhook_backlog.watch(app.config["WEBHOOK_BACKLOG_WARN_SECONDS"])
     register_error_handlers(app)
 

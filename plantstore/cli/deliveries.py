@@ -19,7 +19,8 @@ from ..observability import tracing
 from ..observability.logs import one_line
 from ..web.fields import UtcTimestamp
 from ..webhooks.config import settings_of
-from ..webhooks.engine import backlog, queue
+from ..webhooks.engine import backlog, retention
+from ..webhooks.engine.refusals import enable_command
 from ..webhooks.sending.worker import Worker
 from ..webhooks.subscriptions import delivery_log, operations, stored_secrets
 from .params import DELIVERY_ID, LIST_LIMIT, ROW_ID, days
@@ -139,9 +140,8 @@ def deliveries_recover(subscription_id, since):
     each with its webhook-id; the workers send them."""
     try:
         queued = operations.recover(find_subscription(subscription_id), since)
-    except operations.Refused as refused:
-        raise click.ClickException(f"{refused.message} (`plantstore webhooks enable "
-                                   f"{subscription_id}`)") from None
+    except operations.Disabled as refused:
+        raise click.ClickException(refused.worded(enable_command(subscription_id))) from None
     click.echo(f"queued {queued} failed deliveries of subscription {subscription_id} again")
 
 
@@ -152,7 +152,7 @@ def deliveries_purge(days):
     """Delete delivered and failed deliveries older than DAYS, with their
     attempts, in small batches; pending ones are never deleted."""
     days = days or settings_of(current_app).retention_days
-    deleted = queue.purge(days)
+    deleted = retention.purge(days)
     click.echo(f"deleted {deleted} deliveries older than {days} days")
 
 

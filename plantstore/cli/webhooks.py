@@ -7,6 +7,7 @@ command runs inside the app's context (``AppGroup``), as it needs the app's
 webhook settings.
 """
 import json
+import threading
 
 import click
 from flask import current_app
@@ -17,9 +18,10 @@ from ..db.models import Delivery, Subscription
 from ..observability.logs import one_line
 from ..webhooks.config import settings_of
 from ..webhooks.engine import queue, throttle
+from ..webhooks.engine.refusals import disabled_refusal, enable_command
 from ..webhooks.receivers import registration
 from ..webhooks.receivers import secrets as receiver_secrets
-from ..webhooks.sending import own_trouble, sender
+from ..webhooks.sending.attempt import attempt_and_put
 from ..webhooks.subscriptions import secrets
 from ..webhooks.subscriptions import store as subscription_store
 from .params import ROW_ID
@@ -178,14 +180,34 @@ def webhooks_test(subscription_id):
     subscription = find_subscription(subscription_id)
     if not subscription.is_active:
         raise click.ClickException(
-            f"subscription {subscription_id} is disabled "
-            f"({one_line(subscription.disabled_reason or 'no reason recorded')}); enable it first")
+            disabled_refusal(subscription, enable_command(subscription_id)))
     delivery = queue.enqueue_test_event(subscription_id)
     send_now(delivery.id, failed="failed")
 
 
+class WrittenAtOnce:
+    """``attempt_and_put``'s writer for one command's attempt: its outcome
+    written at once (no batching: nothing else waits), or its job given back."""
+
+    def __init__(self, settings):
+        self.settings = settings
+        self.given_back = False
+
+    def put(self, job, result):
+        queue.record([(job, result)], self.settings)
+        written = threading.Event()
+        written.set()
+        return written
+
+    def give_back(self, job):
+        queue.give_back([job])
+        self.given_back = True
+
+
 def send_now(delivery_id, failed="failed again"):
-    """Attempt a delivery now and say how it went (exit 1 if it failed)."""
+    """Attempt a delivery now, as every send is (``attempt_and_put``: checked
+    against its subscription as it is now), and say how it went (exit 1 if
+    it failed or was not sent)."""
     settings = settings_of(current_app)
     try:
         job = queue.take_for_resend(delivery_id, settings)
@@ -195,17 +217,16 @@ def send_now(delivery_id, failed="failed again"):
         click.echo(f"delivery {delivery_id} waits for its receiver's rate limit; "
                    "the workers send it")
         return
-    try:
-        result = sender.attempt(job, settings)
-    except own_trouble.NotSent as trouble:  # this process's, not the receiver's
-        queue.give_back([job])
-        raise click.ClickException(f"delivery {delivery_id} not sent: {trouble}; "
-                                   "it stays due for the workers") from None
-    [outcome] = queue.record([(job, result)], settings)
+    writer = WrittenAtOnce(settings)
+    delivered = attempt_and_put(job, settings, writer, token_taken=True)
     delivery = find_delivery(delivery_id)
-    if outcome == "delivered":
+    if delivered:
         click.echo(f"delivered {delivery.message_id}")
         return
+    if writer.given_back:
+        raise click.ClickException(
+            f"delivery {delivery_id} not sent: its subscription changed meanwhile or this "
+            f"process cannot send it (see the log); it is {delivery.status}")
     if delivery.status == Delivery.PENDING:
         state = f"will retry at {when(delivery.next_attempt_at)} UTC"
     else:

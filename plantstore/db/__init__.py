@@ -117,41 +117,8 @@ def _decoded(part):
 
 DATABASE_NOW = {"postgresql": "(now() AT TIME ZONE 'UTC')",
                 "sqlite": "strftime('%Y-%m-%d %H:%M:%f', 'now')"}
-"""The database's current time in SQL, as timestamps are stored (naive UTC)."""
-
-
-class Statement:
-    """SQL text every request runs, prepared once per database and run with
-    fresh values, as the driver reads and takes them (no field conversion).
-
-    Kept for the token lookup and the list pages: building and compiling
-    their peewee queries cost more than running them (measured with timeit
-    on SQLite: the token lookup 100 µs to build and compile, a list page
-    90 µs; running a compiled one 5 µs, of requests of 300-400 µs). In the
-    text, ``{p}`` marks a parameter and ``{now}`` the database's current
-    time (see ``clock``). Everything else is plain peewee.
-    """
-
-    def __init__(self, text):
-        self.text = text
-        self._prepared = None  # (database, sql)
-
-    def sql(self):
-        """The SQL for the bound database."""
-        prepared = self._prepared
-        if prepared is None or prepared[0] is not database.obj:
-            dialect = "sqlite" if is_sqlite() else "postgresql"
-            sql = self.text.format(p=database.obj.param, now=DATABASE_NOW[dialect])
-            prepared = self._prepared = (database.obj, sql)
-        return prepared[1]
-
-    def execute(self, *values):
-        """Run the statement with ``values``; the driver's cursor."""
-        return database.execute_sql(self.sql(), values)
-
-    def rows(self, *values):
-        """Run the statement with ``values``; the driver's rows, as tuples."""
-        return self.execute(*values).fetchall()
+"""The database's current time in SQL, as timestamps are stored (naive UTC):
+``{now}`` in a named statement (``named_sql``), and ``clock``'s."""
 
 
 def answers():

@@ -2,14 +2,14 @@
 (``PLANTSTORE_WEBHOOK_RETENTION_DAYS``), with their attempts."""
 import logging
 
-from ..webhooks.engine import queue
+from ..webhooks.engine import retention
 
 log = logging.getLogger(__name__)
 
 
 def run(settings):
     """One retention batch: finished deliveries older than the retention."""
-    deleted = queue.purge_batch(settings.retention_days)
+    deleted = retention.purge_batch(settings.retention_days)
     if deleted:
         log.info("webhook retention: deleted %d deliveries older than %d days",
                  deleted, settings.retention_days)

@@ -1,6 +1,6 @@
 """The three plant operations: create, list (keyset-paged), delete."""
 import marshmallow as ma
-from flask import current_app, g, request
+from flask import current_app, g
 from flask_smorest import abort
 from peewee import IntegrityError
 
@@ -10,6 +10,7 @@ from ..web import idempotency
 from ..web.api import Blueprint, json_response, no_content
 from ..web.auth import READ, WRITE, token_to_check
 from ..web.errors import RETRY_AFTER_SECONDS, error_response
+from ..web.paging import link_header_doc, next_page_link
 from . import queries
 from .schemas import (
     INT64_MAX,
@@ -27,10 +28,7 @@ PLANT_ID = IntegerText(INT64_MIN, INT64_MAX, json_spellings=True)
 
 blp = Blueprint("plants", __name__, description="Plants in the store")
 
-LINK_HEADER_DOC = {"Link": {
-    "description": 'RFC 8288 link to the next page (rel="next"), present when '
-                   "more plants follow",
-    "schema": {"type": "string"}}}
+LINK_HEADER_DOC = link_header_doc("more plants")
 
 
 @blp.route("/plants", methods=["GET"])
@@ -56,9 +54,8 @@ def list_plants(limit=None, after=None):
     headers = {}
     if len(rows) > limit:
         rows = rows[:limit]
-        next_page = f"{request.script_root}/plants?limit={limit}&after={rows[-1][0]}"
-        headers["Link"] = f'<{next_page}>; rel="next"'
-    return json_response([plant_json(name, tag) for _, name, tag in rows],
+        headers["Link"] = next_page_link("/plants", limit=limit, after=rows[-1]["id"])
+    return json_response([plant_json(row["name"], row["tag"]) for row in rows],
                           headers=headers)
 
 

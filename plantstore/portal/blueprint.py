@@ -86,6 +86,9 @@ def not_found(error=None):
 
 @bp.errorhandler(operations.Refused)
 def refused(error):
+    if isinstance(error, operations.Disabled):
+        return refusal_page(error.worded("its Enable button on the Endpoints page"),
+                            error.status)
     return refusal_page(error.message, error.status)
 
 

@@ -13,14 +13,16 @@ scope, which saves every create a round trip to the database.
 """
 import functools
 import hashlib
+import os
 import secrets
 from dataclasses import dataclass
 
 from flask import g, request
 from werkzeug.exceptions import HTTPException
 
-from ..db import Statement, clock
+from ..db import clock
 from ..db.models import Token
+from ..db.named_sql import Queries
 from ..webhooks.engine.store import TokenRefused
 from .errors import error_response
 
@@ -74,21 +76,17 @@ def revoke_token(token_id):
                 .execute())
 
 
-# Every authenticated request runs this lookup (see db.Statement); expiry is
-# judged by the database's clock, in the statement. A create on PostgreSQL
-# checks its token the same way inside its own statement (migration 0009).
-_VALID_TOKEN = Statement(
-    'SELECT t.scopes, u.id, u.is_admin FROM token t JOIN "user" u ON u.id = t.user_id'
-    " WHERE t.digest = {p} AND t.revoked_at IS NULL"
-    " AND (t.expires_at IS NULL OR t.expires_at > {now})")
+QUERIES = Queries(os.path.join(os.path.dirname(__file__), "auth.sql"))
+"""Every authenticated request runs ``valid_token`` (see ``db.named_sql``)."""
 
 
 def find_caller(secret):
     """The Caller a presented token stands for, or None if it is not valid now."""
-    rows = _VALID_TOKEN.rows(digest(secret))
+    rows = QUERIES.rows("valid_token", {"digest": digest(secret)})
     if not rows:
         return None
-    return _caller(*rows[0])
+    row = rows[0]
+    return _caller(row["scopes"], row["user_id"], row["is_admin"])
 
 
 @functools.lru_cache(maxsize=1024)

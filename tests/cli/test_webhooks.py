@@ -2,15 +2,20 @@
 and ``worker --once``, their output and their refusals."""
 import base64
 import json
+import time
 
 import pytest
 
-from helpers import assert_error, create_plant, plantstore_env, run_plantstore
+from helpers import assert_error, create_plant, plantstore_env, run_plantstore, wait_until
 from plantstore import db
 from plantstore.db import clock
 from plantstore.db.models import Attempt, Delivery, Subscription, utcnow
+from plantstore.webhooks.engine import queue
+from plantstore.webhooks.engine.rules import GONE
 from plantstore.webhooks.receivers import secrets
 from plantstore.webhooks.receivers.registration import BEARER_MAX_LENGTH, URL_MAX_LENGTH
+from plantstore.webhooks.sending import attempt
+from plantstore.webhooks.subscriptions import store as subscription_store
 from plugins.webhooks import RETRY_AT_ONCE, Answer, subscribe, verify, wait_for_attempts
 
 pytestmark = pytest.mark.app_config(RETRY_AT_ONCE)
@@ -364,6 +369,47 @@ def test_deliveries_retry_refuses_a_delivered_one_and_one_of_a_disabled_receiver
     assert disabled.exit_code == 1
     assert "is disabled (gone)" in disabled.stderr and "webhooks enable" in disabled.stderr
     assert len(one_of_each.requests) == 4
+
+
+def change_after_the_take(monkeypatch, change):
+    """Make ``change()`` happen once ``deliveries retry`` has taken its
+    delivery, and its job go stale (older than ``attempt.FRESH_SECONDS``)
+    before the attempt: the seam a slow command or a busy host opens."""
+    take = queue.take_for_resend
+
+    def take_then_change(delivery_id, settings):
+        job = take(delivery_id, settings)
+        change()
+        wait_until(lambda: time.monotonic() - job.leased_at > attempt.FRESH_SECONDS,
+                   message="the job to go stale")
+        return job
+
+    monkeypatch.setattr(queue, "take_for_resend", take_then_change)
+
+
+def test_a_retry_is_sent_to_the_url_its_subscription_has_when_it_starts(
+        runner, one_of_each, make_receiver, monkeypatch):
+    moved = make_receiver()
+    subscription_id = Subscription.get().id
+    change_after_the_take(monkeypatch,
+                          lambda: subscription_store.change(subscription_id, url=moved.url))
+    sent_before = len(one_of_each.requests)
+    result = invoke(runner, "deliveries", "retry", "2")
+    assert result.exit_code == 0, result.output
+    assert len(moved.requests) == 1 and len(one_of_each.requests) == sent_before
+    assert Delivery.get_by_id(2).status == Delivery.DELIVERED
+
+
+def test_a_retry_of_a_subscription_disabled_meanwhile_is_not_sent(
+        runner, one_of_each, monkeypatch):
+    subscription_id = Subscription.get().id
+    change_after_the_take(monkeypatch, lambda: queue.disable(subscription_id, GONE, "gone"))
+    sent_before = len(one_of_each.requests)
+    result = invoke(runner, "deliveries", "retry", "2")
+    assert result.exit_code == 1
+    assert "delivery 2 not sent: its subscription changed meanwhile" in result.stderr
+    assert len(one_of_each.requests) == sent_before
+    assert Attempt.select().where(Attempt.delivery == 2).count() == 2
 
 
 def test_worker_once_says_what_it_did_and_exits_zero(runner, one_of_each):

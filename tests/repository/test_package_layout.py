@@ -96,6 +96,21 @@ def test_the_engine_imports_nothing_from_sending_or_subscriptions():
             assert not leaks, (module, leaks)
 
 
+def test_the_engine_and_the_database_know_no_flask_app():
+    """Below the web layer nothing imports Flask or wires itself into an app
+    (``init_app``): ``create_app`` registers what they offer."""
+    for folder in ("db", "webhooks/engine"):
+        for path in (REPO / "plantstore" / folder).rglob("*.py"):
+            tree = ast.parse(path.read_text())
+            imports = {alias.name.split(".")[0] for node in ast.walk(tree)
+                       if isinstance(node, ast.Import) for alias in node.names}
+            imports |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+                        if isinstance(node, ast.ImportFrom) and not node.level}
+            functions = {node.name for node in ast.walk(tree)
+                         if isinstance(node, ast.FunctionDef)}
+            assert "flask" not in imports and "init_app" not in functions, path
+
+
 def test_plants_import_only_the_webhooks_face():
     edges = graph(REPO / "plantstore")
     for module, targets in edges.items():
@@ -210,17 +225,11 @@ def test_a_package_importing_a_higher_layer_is_caught(tmp_path):
 MOST_LINES = 300
 
 
-STILL_TOO_LONG = {"plantstore/webhooks/sending/slots.py",
-                  "plantstore/webhooks/engine/queue.py"}
-"""Modules over the bound not split yet (issue 48): each fails this test once
-it is split until it is taken off the list, so the list only shrinks."""
-
-
 def test_no_module_is_over_300_lines():
     long = {path.relative_to(REPO).as_posix()
             for path in (REPO / "plantstore").rglob("*.py")
             if len(path.read_text().splitlines()) > MOST_LINES}
-    assert long == STILL_TOO_LONG, long ^ STILL_TOO_LONG
+    assert not long, long
 
 
 def test_at_most_four_flat_modules_beside_the_folders():
@@ -248,12 +257,19 @@ SQL_TEXT_MODULES = {"plantstore/db/__init__.py", "plantstore/db/clock.py",
 locks, the clock, the migrations' bookkeeping)."""
 
 
-def test_sql_is_named_in_sql_files_or_a_hot_statement_and_crud_is_peewee():
-    """The SQL rule of docs/development.md: the engine's statements are named
-    queries in ``.sql`` files (``db.named_sql.Queries``); a hot path's text is
-    a ``db.Statement``, kept in the module that runs it; everything else is
-    peewee. So nothing outside ``db/`` and the migrations runs SQL text with
-    ``execute_sql``, and only the delivery stores load ``.sql`` files."""
+SQL_FILE_LOADERS = {"plantstore/plants/queries.py", "plantstore/web/auth.py"}
+"""The hot paths whose peewee query costs more to build than to run, beside
+the delivery stores (``webhooks/engine/store/``): the modules that run named
+statements of a ``.sql`` file."""
+
+
+def test_sql_text_is_named_statements_in_sql_files_and_crud_is_peewee():
+    """The SQL rule of docs/development.md: SQL text is a named statement of a
+    ``.sql`` file, loaded by ``db.named_sql.Queries`` (the one loader) in the
+    module of the same name beside it, only by the delivery stores and the
+    hot paths; everything else is peewee. So nothing outside ``db/`` and the
+    migrations runs SQL text with ``execute_sql``."""
+    loaders = set()
     for path in (REPO / "plantstore").rglob("*.py"):
         relative = path.relative_to(REPO).as_posix()
         text = path.read_text()
@@ -261,4 +277,21 @@ def test_sql_is_named_in_sql_files_or_a_hot_statement_and_crud_is_peewee():
             continue
         assert "execute_sql" not in text, relative
         if "Queries(" in text:
-            assert relative.startswith("plantstore/webhooks/engine/store/"), relative
+            loaders.add(relative)
+            assert relative in SQL_FILE_LOADERS \
+                or relative.startswith("plantstore/webhooks/engine/store/"), relative
+            assert f'"{path.stem}.sql"' in text, relative
+    assert SQL_FILE_LOADERS <= loaders
+    for sql_file in (REPO / "plantstore").rglob("*.sql"):
+        relative = sql_file.relative_to(REPO).as_posix()
+        if not relative.startswith("plantstore/db/migrations/functions/"):
+            assert relative.removesuffix(".sql") + ".py" in loaders, relative
+
+
+def test_there_is_one_sql_loader():
+    """No second way to run SQL text: the loader is ``db.named_sql.Queries``."""
+    for path in (REPO / "plantstore").rglob("*.py"):
+        classes = {node.name for node in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(node, ast.ClassDef)}
+        if path.name != "named_sql.py":
+            assert not classes & {"Statement", "Queries"}, path

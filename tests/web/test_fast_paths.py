@@ -1,5 +1,5 @@
 """The hot paths' shortcuts answer exactly what the slow, documented way would:
-SQL text statements against the peewee queries they stand for, the plant
+named SQL statements against the peewee queries they stand for, the plant
 bodies of the list and the create against the marshmallow schema's dump, a
 create without an Idempotency-Key against the header's schema,
 SQLite's write turns against SQLite's own locking, and the access line
@@ -42,7 +42,7 @@ def peewee_page(caller, after, limit):
         query = query.where(Plant.owner == caller.user_id)
     if after is not None:
         query = query.where(Plant.id > after)
-    return list(query.order_by(Plant.id).limit(limit).tuples())
+    return list(query.order_by(Plant.id).limit(limit).dicts())
 
 
 @pytest.mark.parametrize("after", [None, -(2 ** 63), -5, 3, 10, 2 ** 63 - 1])
@@ -55,14 +55,6 @@ def test_compiled_list_pages_are_the_rows_the_peewee_query_reads(
         callers = [find_caller(token) for token in (alice, bob, admin)]
         for caller in callers:
             assert queries.page(caller, after, limit) == peewee_page(caller, after, limit)
-
-
-def test_a_statement_is_prepared_for_the_bound_databases_placeholders_and_clock(app):
-    statement = db.Statement("SELECT {now} FROM plant WHERE id = {p}")
-    with app.app_context():
-        sql = statement.sql()
-    dialect = "sqlite" if db.is_sqlite() else "postgresql"
-    assert sql == f"SELECT {db.DATABASE_NOW[dialect]} FROM plant WHERE id = {db.database.param}"
 
 
 @pytest.mark.parametrize("expires_in, valid", [

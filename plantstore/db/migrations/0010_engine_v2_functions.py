@@ -22,22 +22,15 @@ release calls):
 SQLite (one host, no rolling upgrade): only the column; its INTEGER ids
 are 64-bit already.
 """
-import os
-
 from peewee import TextField
 from playhouse.migrate import SqliteMigrator, migrate
 
-FUNCTIONS_DIR = os.path.join(os.path.dirname(__file__), "functions")
+from plantstore.db.migrations.frozen_functions import function_text
+
 FUNCTIONS = ("plantstore_due_candidates_v2", "plantstore_claim_v2",
              "plantstore_record_outcomes_v2",
              "plantstore_store_plant_v2", "plantstore_store_keyed_plant_v2")
 SEQUENCES = ("delivery_id_seq", "attempt_id_seq", "idempotency_key_id_seq")
-
-
-def function_text(name):
-    """The frozen ``CREATE FUNCTION`` of a versioned function."""
-    with open(os.path.join(FUNCTIONS_DIR, f"{name}.sql"), encoding="utf-8") as file:
-        return file.read()
 
 
 def up(migrator, db):

@@ -39,17 +39,15 @@ transactions in a deadlock whichever was locked first: a create reads
 (``IF NOT EXISTS``; the functions and trigger come together, or not at
 all), so an upgrade stopped between the two finishes on the next run.
 """
-import os
-
 from peewee import DateTimeField, FloatField, IntegerField
 from playhouse.migrate import SqliteMigrator
 
+from plantstore.db.migrations.frozen_functions import function_text
 from plantstore.db.runner import giving_way
 
 atomic = False  # one transaction per table (see above)
 
 TABLE = "subscription"
-FUNCTIONS_DIR = os.path.join(os.path.dirname(__file__), "functions")
 FUNCTIONS = ("plantstore_throttle_take_v1", "plantstore_throttle_take_for_claim_v1",
              "plantstore_throttle_give_back_v1", "plantstore_throttle_lease_v1")
 ADD_COLUMNS = """
@@ -67,12 +65,6 @@ CREATE TRIGGER plantstore_throttle_lease_v1 BEFORE INSERT ON delivery
 FOR EACH ROW WHEN (NEW.locked_until IS NOT NULL)
 EXECUTE FUNCTION plantstore_throttle_lease_v1()
 """
-
-
-def function_text(name):
-    """The frozen ``CREATE FUNCTION`` of a versioned function."""
-    with open(os.path.join(FUNCTIONS_DIR, f"{name}.sql"), encoding="utf-8") as file:
-        return file.read()
 
 
 def _has_trigger(db):

@@ -21,9 +21,9 @@ so it keeps running on this schema during a rolling upgrade.
 
 Frozen like 0001: the view's columns are written out here.
 """
-import os
-
 from playhouse.migrate import SqliteMigrator
+
+from plantstore.db.migrations.frozen_functions import function_text
 
 JOB_VIEW = """
 CREATE VIEW plantstore_job AS
@@ -32,17 +32,10 @@ SELECT d.id AS delivery_id, d.message_id, d.payload, d.attempts, d.lease, d.trac
        s.retired_secrets, s.breaker_opened_at IS NOT NULL AS breaker_open
 FROM delivery d JOIN subscription s ON s.id = d.subscription_id
 """
-FUNCTIONS_DIR = os.path.join(os.path.dirname(__file__), "functions")
 FUNCTIONS = ("plantstore_audience_v1", "plantstore_enqueue_new_plant_v1",
              "plantstore_store_plant_v3",
              "plantstore_store_keyed_plant_v3", "plantstore_claim_v3",
              "plantstore_record_outcomes_v3")
-
-
-def function_text(name):
-    """The frozen ``CREATE FUNCTION`` of a versioned function."""
-    with open(os.path.join(FUNCTIONS_DIR, f"{name}.sql"), encoding="utf-8") as file:
-        return file.read()
 
 
 def up(migrator, db):

@@ -8,9 +8,9 @@ column keeps every reader by name working, the release before included.
 
 Frozen like 0001: the view's columns are written out here.
 """
-import os
-
 from playhouse.migrate import SqliteMigrator
+
+from plantstore.db.migrations.frozen_functions import function_text
 
 COLUMNS = """
 SELECT d.id AS delivery_id, d.message_id, d.payload, d.attempts, d.lease, d.traceparent,
@@ -20,16 +20,9 @@ FROM delivery d JOIN subscription s ON s.id = d.subscription_id
 """
 
 
-FUNCTIONS_DIR = os.path.join(os.path.dirname(__file__), "functions")
 RETURNING_JOBS = ("plantstore_store_plant_v3", "plantstore_store_keyed_plant_v3",
                   "plantstore_claim_v3")
 """The functions of 0014 whose rows are the view's."""
-
-
-def function_text(name):
-    """The frozen ``CREATE FUNCTION`` of a versioned function."""
-    with open(os.path.join(FUNCTIONS_DIR, f"{name}.sql"), encoding="utf-8") as file:
-        return file.read()
 
 
 def _view(migrator, db, extra):

@@ -22,7 +22,6 @@ from prometheus_client.core import GaugeMetricFamily
 
 from ...db import is_unavailable
 from ...db.models import Subscription
-from ...observability import metrics
 from .backlog import oldest_due_age, sendable
 
 log = logging.getLogger(__name__)
@@ -115,8 +114,9 @@ class BreakerCollector:
         yield streak
 
 
-def init_app(app):
-    """Put the webhook gauges on ``app``'s ``/metrics``."""
+def collectors():
+    """The webhook gauges' collectors, which ``/metrics`` reads at each
+    scrape (``create_app`` registers them: the engine knows no Flask app);
+    they share one ``ScrapeTrouble``, so an outage is said once."""
     trouble = ScrapeTrouble()
-    metrics.add_scrape_collector(app, OutboxBacklogCollector(trouble))
-    metrics.add_scrape_collector(app, BreakerCollector(trouble))
+    return [OutboxBacklogCollector(trouble), BreakerCollector(trouble)]

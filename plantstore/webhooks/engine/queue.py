@@ -7,7 +7,8 @@ A delivery is one event for one subscription. It is *pending* until a 2xx
 or taken for a re-send (``take_for_resend``); completed, retried or failed
 (``record``); given back unsent (``give_back``); failed with its
 subscription (``disable``); queued again (``recover``); purged after its
-retention (``purge_batch``).
+retention, or failed when stored for a subscription being disabled
+(``retention``, the housekeeping's side of the door).
 
 What each change means is decided by ``rules`` (pure); the store of the
 bound database (``store.current()``: PostgreSQL or SQLite) applies it.
@@ -32,15 +33,13 @@ from ...observability import metrics
 from . import backlog, rules, store
 from .job import LEASE_MARGIN_SECONDS, Job  # noqa: F401 (part of the queue's face)
 from .receiver_text import storable
+from .refusals import disabled_refusal, enable_command
 from .rules import DELIVERED, FAILED, FAILING, GONE, RETRY
 
 log = logging.getLogger(__name__)
 
 LOG_LEVELS = {DELIVERED: logging.DEBUG, RETRY: logging.INFO,
               FAILED: logging.WARNING, GONE: logging.WARNING}
-
-PURGE_BATCH = 500
-"""Deliveries one purge transaction deletes, so it never holds locks for long."""
 
 TEST_EVENT = "plant.test"
 TEST_PAYLOAD = '{"id": 0, "name": "Example plant (a test event from plantstore)", "tag": "test"}'
@@ -130,10 +129,7 @@ def take_for_resend(delivery_id, settings):
                             f"on {delivery.delivered_at:%Y-%m-%d %H:%M:%S} UTC")
     subscription = delivery.subscription
     if not subscription.is_active:
-        raise ResendRefused(
-            f"subscription {subscription.id} is disabled "
-            f"({subscription.disabled_reason or 'no reason recorded'}); "
-            f"enable it first with `plantstore webhooks enable {subscription.id}`")
+        raise ResendRefused(disabled_refusal(subscription, enable_command(subscription.id)))
     backend = store.current()
     if not backend.take_for_resend(delivery_id, settings.lease_seconds):
         raise ResendRefused(f"delivery {delivery_id} is being sent right now; "
@@ -281,7 +277,7 @@ def give_back(jobs):
         store.current().give_back([(job.delivery_id, job.lease) for job in jobs])
 
 
-# --- recovery and retention ---------------------------------------------------
+# --- recovery and deletion ----------------------------------------------------
 
 def recover(subscription_id, since):
     """Queue again every failed delivery of the subscription created at or
@@ -296,35 +292,3 @@ def delete_subscription(subscription_id):
     locked first: the one lock order); whether it was there."""
     with database.atomic():
         return store.current().delete_subscription(subscription_id)
-
-
-STRAY_BATCH = 100
-"""Most disabled subscriptions one ``fail_stray_deliveries`` call looks at."""
-
-
-def fail_stray_deliveries():
-    """Fail the deliveries a create stored for a subscription while it was
-    being disabled, after its waiting ones were failed (PostgreSQL: a
-    create's statement never waits for a subscription's row), as disabling
-    fails them; how many."""
-    return store.current().fail_stray_deliveries(STRAY_BATCH)
-
-
-def purge_batch(older_than_days):
-    """Delete up to ``PURGE_BATCH`` finished deliveries created more than
-    ``older_than_days`` ago, with their attempts; returns how many."""
-    return store.current().purge_batch(older_than_days, PURGE_BATCH)
-
-
-def purge(older_than_days, deadline_seconds=None):
-    """Purge batch after batch until none is left (or ``deadline_seconds``
-    passed); returns how many deliveries were deleted."""
-    started = time.monotonic()
-    total = 0
-    while True:
-        deleted = purge_batch(older_than_days)
-        total += deleted
-        if deleted < PURGE_BATCH:
-            return total
-        if deadline_seconds is not None and time.monotonic() - started > deadline_seconds:
-            return total

@@ -34,6 +34,8 @@ import collections
 import dataclasses
 import threading
 
+from .waiting_jobs import WaitingJobs
+
 AHEAD = 2
 """Slots' worth of claimed jobs that may wait in a worker, beyond its slots."""
 
@@ -67,18 +69,16 @@ class Slots:
         self._held = 0
         self._releases = 0  # ever, so that a waiter can tell whether one came since
         self._wake_at = 0  # the releases the claiming loop waits for (see wait_for_release)
-        self._waiting = {}  # subscription id -> its jobs claimed ahead, in claim order
-        self._waiting_count = 0
-        self._waiting_owners = collections.Counter()  # owner key -> its jobs waiting
+        self._waiting = WaitingJobs()
         self.shared = self.total - (1 if self.total > 1 else 0)
         """The slots an owner that already holds one may take: all but the kept one."""
 
     def _present(self, owner=None):
         """How many owners hold slots or have jobs waiting, ``owner`` counted too."""
-        present = len(self._owners) + sum(1 for key in self._waiting_owners
+        present = len(self._owners) + sum(1 for key in self._waiting.owners
                                           if key not in self._owners)
         return present + (owner is not None and owner not in self._owners
-                          and owner not in self._waiting_owners)
+                          and owner not in self._waiting.owners)
 
     def _share(self, owner, owners):
         """The most slots ``owner`` may hold beside ``owners`` owners in all
@@ -116,13 +116,10 @@ class Slots:
         """Keep ``job`` until a slot frees for it, if the process claims ahead
         and its receiver has room to wait; whether it waits."""
         with self._changed:
-            if (self._waiting_count >= self.ahead * self.total
-                    or len(self._waiting.get(job.subscription_id, ()))
-                    >= self.waiting_per_receiver):
+            if (self._waiting.count >= self.ahead * self.total
+                    or len(self._waiting.of(job.subscription_id)) >= self.waiting_per_receiver):
                 return False
-            self._waiting.setdefault(job.subscription_id, collections.deque()).append(job)
-            self._waiting_count += 1
-            self._waiting_owners[job.owner_key] += 1
+            self._waiting.add(job)
             return True
 
     def take_or_wait(self, job, may_wait):
@@ -131,7 +128,7 @@ class Slots:
         waiting if ``may_wait`` and there is room. Returns ``"slot"``,
         ``"waiting"`` or None (neither: give it back)."""
         with self._changed:
-            if not self._waiting.get(job.subscription_id) and self.try_take(job):
+            if not self._waiting.of(job.subscription_id) and self.try_take(job):
                 return "slot"
             return "waiting" if may_wait and self.wait(job) else None
 
@@ -149,11 +146,7 @@ class Slots:
                 counter[key] -= 1
                 if not counter[key]:
                     del counter[key]
-            stale = []
-            if failed:
-                stale = list(self._waiting.pop(job.subscription_id, ()))
-                for waiting in stale:
-                    self._no_longer_waiting(waiting)
+            stale = self._waiting.take_receivers(job.subscription_id) if failed else []
             started = (self._start_waiting(job.subscription_id, stale, most=1, handing_over=True)
                        if take_next else [])
             if self._releases >= self._wake_at or not self._held:
@@ -175,15 +168,16 @@ class Slots:
         time to the owner holding the fewest, each receiver's in claim order
         and within its cap; those whose lease ran short go to ``stale``."""
         started = []
-        while self._held < self.shared and self._waiting:
+        lines = self._waiting.lines
+        while self._held < self.shared and lines:
             fewest = None
-            for subscription_id in list(self._waiting):
-                line = self._waiting[subscription_id]
+            for subscription_id in list(lines):
+                line = lines[subscription_id]
                 while line and not line[0].may_start(self.send_bound):
                     stale.append(line.popleft())
-                    self._no_longer_waiting(stale[-1])
+                    self._waiting.uncount(stale[-1])
                 if not line:
-                    del self._waiting[subscription_id]
+                    del lines[subscription_id]
                 elif (self._subscriptions[subscription_id] < self.per_receiver
                       and (fewest is None or self._owners[line[0].owner_key]
                            < self._owners[fewest[0].owner_key])):
@@ -191,28 +185,21 @@ class Slots:
             if fewest is None:
                 break
             job = fewest.popleft()
-            self._no_longer_waiting(job)
+            self._waiting.uncount(job)
             if not fewest:
-                del self._waiting[job.subscription_id]
+                del lines[job.subscription_id]
             self._take(job)
             started.append(job)
         return started
-
-    def _no_longer_waiting(self, job):
-        self._waiting_count -= 1
-        self._waiting_owners[job.owner_key] -= 1
-        if not self._waiting_owners[job.owner_key]:
-            del self._waiting_owners[job.owner_key]
 
     def _start_waiting(self, preferred_subscription, stale, most, handing_over=False):
         """Take slots for up to ``most`` waiting jobs, ``preferred_subscription``'s
         first, each receiver's in claim order (the oldest lease first); those
         whose lease ran short go to ``stale``. ``handing_over``: see
         ``_may_hand_over``."""
-        started = []
-        for subscription_id in sorted(self._waiting,
-                                      key=lambda sid: sid != preferred_subscription):
-            line = self._waiting[subscription_id]
+        started, lines = [], self._waiting.lines
+        for subscription_id in sorted(lines, key=lambda sid: sid != preferred_subscription):
+            line = lines[subscription_id]
             while line and len(started) < most:
                 job = line[0]
                 if not job.may_start(self.send_bound):
@@ -221,9 +208,9 @@ class Slots:
                     started.append(job)
                 else:
                     break  # its receiver or owner is full: so for the rest of its line
-                self._no_longer_waiting(line.popleft())
+                self._waiting.uncount(line.popleft())
             if not line:
-                del self._waiting[subscription_id]
+                del lines[subscription_id]
             if len(started) >= most:
                 break
         return started
@@ -241,10 +228,7 @@ class Slots:
     def give_up_waiting(self):
         """Every waiting job, no longer waiting (to give back unsent)."""
         with self._changed:
-            waiting = [job for line in self._waiting.values() for job in line]
-            self._waiting, self._waiting_count = {}, 0
-            self._waiting_owners.clear()
-            return waiting
+            return self._waiting.take_all()
 
     def held(self):
         """How many slots are held."""
@@ -254,7 +238,7 @@ class Slots:
     def waiting(self):
         """How many jobs wait for a slot."""
         with self._changed:
-            return self._waiting_count
+            return self._waiting.count
 
     @property
     def waiting_per_receiver(self):
@@ -269,12 +253,12 @@ class Slots:
             held = collections.Counter(self._subscriptions)
             owners = collections.Counter(self._owners)
             if rounds > 1:
-                for subscription_id, line in self._waiting.items():
+                for subscription_id, line in self._waiting.lines.items():
                     held[subscription_id] += len(line)
-                owners.update(self._waiting_owners)
+                owners.update(self._waiting.owners)
             present = self._present()
             return Room(
-                free=rounds * self.total - self._held - (rounds > 1) * self._waiting_count,
+                free=rounds * self.total - self._held - (rounds > 1) * self._waiting.count,
                 subscription_default=rounds * self.per_receiver,
                 owner_default=rounds * self._share(None, present + 1),
                 subscriptions={sid: rounds * self.per_receiver - n for sid, n in held.items()},
@@ -305,5 +289,4 @@ class Slots:
             self._subscriptions.clear()
             self._owners.clear()
             self._held = 0
-            self._waiting, self._waiting_count = {}, 0
-            self._waiting_owners.clear()
+            self._waiting.take_all()

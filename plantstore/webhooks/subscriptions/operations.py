@@ -9,6 +9,7 @@ from flask import current_app
 from ...db.models import Delivery, Subscription
 from ..config import settings_of, web_sender_of
 from ..engine import queue
+from ..engine.refusals import disabled_refusal
 from ..receivers import ssrf
 from . import audience, secrets, store
 
@@ -28,6 +29,22 @@ class Refused(Exception):
 
 class NotFound(Refused):
     status = 404
+
+
+class Disabled(Refused):
+    """The subscription is disabled: ``refusals.disabled_refusal``'s one
+    wording, saying how to enable it (``enable_with``: the API's request
+    unless a door names its own, see ``worded``)."""
+
+    def __init__(self, subscription, enable_with=None):
+        self.subscription = subscription
+        refusal = disabled_refusal(subscription,
+                                   enable_with or f"POST /webhooks/{subscription.id}/enable")
+        super().__init__(f"{refusal[0].upper()}{refusal[1:]}.")
+
+    def worded(self, enable_with):
+        """The same refusal, naming this door's way to enable."""
+        return Disabled(self.subscription, enable_with).message
 
 
 class Unreachable(Refused):
@@ -61,9 +78,7 @@ def check_reachable(url):
 def active(subscription):
     """``subscription`` if it is active; a refusal saying to enable it otherwise."""
     if not subscription.is_active:
-        raise Refused(f"Webhook subscription {subscription.id} is disabled "
-                      f"({subscription.disabled_reason or 'no reason recorded'}); "
-                      "enable it first.")
+        raise Disabled(subscription)
     return subscription
 
 

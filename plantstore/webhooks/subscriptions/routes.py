@@ -9,6 +9,7 @@ from flask_smorest import abort
 
 from ...web.api import Blueprint, json_response, no_content
 from ...web.auth import WEBHOOKS_READ, WEBHOOKS_WRITE
+from ...web.paging import link_header_doc, next_page_link
 from . import delivery_log, operations
 from .schemas import (
     DELIVERY_ID_MAX,
@@ -29,10 +30,7 @@ INTEGER = re.compile(r"-?[0-9]+")
 # Named apart from the document's own "webhooks" (the New Plant event).
 blp = Blueprint("webhook-receivers", __name__, description="Your webhook receivers")
 
-LINK_HEADER_DOC = {"Link": {
-    "description": 'RFC 8288 link to the next page (rel="next"), present when '
-                   "older deliveries follow",
-    "schema": {"type": "string"}}}
+LINK_HEADER_DOC = link_header_doc("older deliveries")
 LOCATION_HEADER_DOC = {"Location": {"description": "The new subscription",
                                     "schema": {"type": "string"}}}
 
@@ -184,10 +182,9 @@ def list_deliveries(id, limit, status=None, after=None):
         subscription_id=subscription.id, status=status, before=after), limit)
     headers = {}
     if more:
-        status_part = f"&status={status}" if status else ""
-        next_page = (f"{request.script_root}/webhooks/{subscription.id}/deliveries"
-                     f"?limit={limit}{status_part}&after={deliveries[-1].id}")
-        headers["Link"] = f'<{next_page}>; rel="next"'
+        headers["Link"] = next_page_link(f"/webhooks/{subscription.id}/deliveries",
+                                         limit=limit, status=status or None,
+                                         after=deliveries[-1].id)
     return json_response(DeliverySchema(many=True).dump(deliveries), headers=headers)
 
 

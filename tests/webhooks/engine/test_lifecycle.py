@@ -29,7 +29,7 @@ from plantstore.db import clock
 from plantstore.db.models import Attempt, Delivery, Subscription, utcnow
 from plantstore.housekeeping.runner import Housekeeping
 from plantstore.webhooks.config import settings_of
-from plantstore.webhooks.engine import queue, store
+from plantstore.webhooks.engine import queue, retention, store
 from plantstore.webhooks.engine.store import postgres as postgres_store
 from plantstore.webhooks.receivers import secrets as receiver_secrets
 from plantstore.webhooks.sending.worker import Worker
@@ -180,7 +180,7 @@ def test_deliveries_purge_refuses_a_bad_age(runner, days):
 
 
 def test_the_worker_purges_past_retention_in_small_batches(app, runner, monkeypatch):
-    monkeypatch.setattr(queue, "PURGE_BATCH", 1)
+    monkeypatch.setattr(retention, "PURGE_BATCH", 1)
     subscription_id, _ = subscribe(runner, "http://127.0.0.1:9/hook")
     seed_deliveries(subscription_id, days_old=40)
     with app.app_context():

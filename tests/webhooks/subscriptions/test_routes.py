@@ -431,9 +431,12 @@ def test_enable_reactivates_a_subscription_a_410_disabled(client, alice, make_re
     disabled = client.get(path, headers=bearer(alice)).get_json()
     assert disabled["active"] is False and "410" in disabled["disabled_reason"]
     assert disabled["disabled_at"].endswith("Z")
-    assert_error(client.post(path + "/test", headers=bearer(alice)), 409)
-    assert_error(client.post(path + "/recover", json={"since": "2000-01-01T00:00:00Z"},
-                             headers=bearer(alice)), 409)
+    refusals = [assert_error(client.post(path + "/test", headers=bearer(alice)), 409),
+                assert_error(client.post(path + "/recover", json={"since": "2000-01-01T00:00:00Z"},
+                                         headers=bearer(alice)), 409)]
+    for refusal in refusals:
+        assert refusal["message"].startswith(f"Webhook subscription {body['id']} is disabled (")
+        assert refusal["message"].endswith(f"enable it first with POST {path}/enable.")
 
     response = client.post(path + "/enable", headers=bearer(alice))
 

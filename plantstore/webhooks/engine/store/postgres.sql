@@ -1,45 +1,45 @@
 -- The PostgreSQL delivery store's queries (webhooks/engine/store/postgres.py).
--- Every time is the database's (now() in UTC, stored naive), so hosts whose
--- clocks disagree still agree on leases and due times. Parameters are
--- psycopg2's %(name)s; rows are read by column name.
+-- Every time is the database's ({now}: now() in UTC, stored naive), so hosts
+-- whose clocks disagree still agree on leases and due times. Parameters are
+-- :name (db/named_sql.py); rows are read by column name.
 
 -- name: store_plant
 -- A create's one statement, its fast path: the token checked, the plant and
 -- one delivery per subscription that hears about it (plantstore_audience_v1),
 -- their plantstore_job rows back (see the function's file).
 SELECT * FROM plantstore_store_plant_v3(
-    %(id)s, %(owner)s, %(name)s, %(tag)s, %(event)s, %(payload)s, %(traceparent)s,
-    %(lease_seconds)s, %(token_digest)s, %(scope)s)
+    :id, :owner, :name, :tag, :event, :payload, :traceparent,
+    :lease_seconds, :token_digest, :scope)
 
 -- name: store_keyed_plant
 -- The same with an Idempotency-Key claimed (see the function's file).
 SELECT * FROM plantstore_store_keyed_plant_v3(
-    %(id)s, %(owner)s, %(name)s, %(tag)s, %(event)s, %(payload)s, %(traceparent)s,
-    %(lease_seconds)s, %(token_digest)s, %(scope)s,
-    %(key)s, %(fingerprint)s, %(status)s, %(content_type)s, %(body)s, %(ttl_seconds)s)
+    :id, :owner, :name, :tag, :event, :payload, :traceparent,
+    :lease_seconds, :token_digest, :scope,
+    :key, :fingerprint, :status, :content_type, :body, :ttl_seconds)
 
 -- name: due_candidates
 -- What rules.fair_shares chooses from (see the function's file).
-SELECT * FROM plantstore_due_candidates_v2(%(most)s, %(due_by)s::timestamp)
+SELECT * FROM plantstore_due_candidates_v2(:most, :due_by::timestamp)
 
 -- name: oldest_due_age
 -- Seconds the oldest due, unleased delivery a claim could take now has
 -- waited (an open breaker's only once its probe is due); 0 when none is.
-SELECT coalesce(extract(epoch FROM (now() AT TIME ZONE 'UTC') - (
+SELECT coalesce(extract(epoch FROM {now} - (
     SELECT d.next_attempt_at FROM delivery d JOIN subscription s ON s.id = d.subscription_id
     WHERE d.status = 'pending' AND s.is_active
-      AND d.next_attempt_at <= (now() AT TIME ZONE 'UTC')
-      AND (d.locked_until IS NULL OR d.locked_until <= (now() AT TIME ZONE 'UTC'))
-      AND (s.breaker_opened_at IS NULL OR s.breaker_probe_at <= (now() AT TIME ZONE 'UTC'))
+      AND d.next_attempt_at <= {now}
+      AND (d.locked_until IS NULL OR d.locked_until <= {now})
+      AND (s.breaker_opened_at IS NULL OR s.breaker_probe_at <= {now})
     ORDER BY d.next_attempt_at LIMIT 1)), 0) AS age_seconds
 
 -- name: claim
 SELECT * FROM plantstore_claim_v3(
-    %(subscription_ids)s::int[], %(shares)s::int[], %(due_by)s::timestamp,
-    %(cooldown)s, %(lease_seconds)s)
+    :subscription_ids::int[], :shares::int[], :due_by::timestamp,
+    :cooldown, :lease_seconds)
 
 -- name: jobs_of
-SELECT * FROM plantstore_job WHERE delivery_id = ANY(%(ids)s::bigint[]) ORDER BY delivery_id
+SELECT * FROM plantstore_job WHERE delivery_id = ANY(:ids::bigint[]) ORDER BY delivery_id
 
 -- name: breaker_states
 -- The breakers a batch's moves depend on, locked until the batch commits,
@@ -47,25 +47,25 @@ SELECT * FROM plantstore_job WHERE delivery_id = ANY(%(ids)s::bigint[]) ORDER BY
 -- lock order"). NO KEY UPDATE: a create's deliveries (whose foreign keys
 -- take KEY SHARE on these rows) are never made to wait by it.
 SELECT id AS subscription_id, failure_streak, breaker_opened_at IS NOT NULL AS breaker_open
-FROM subscription WHERE id = ANY(%(ids)s::int[])
+FROM subscription WHERE id = ANY(:ids::int[])
 ORDER BY id
 FOR NO KEY UPDATE
 
 -- name: record_outcomes
 SELECT * FROM plantstore_record_outcomes_v3(
-    %(ids)s::bigint[], %(leases)s::int[], %(statuses)s::text[], %(last_errors)s::text[],
-    %(errors)s::text[], %(response_bodies)s::text[], %(retry_in)s::float8[],
-    %(started_at)s::timestamp[], %(status_codes)s::int[], %(durations)s::int[],
-    %(subscription_ids)s::int[], %(streaks)s::int[], %(opened)s::text[], %(probes)s::text[],
-    %(succeeded)s::bool[], %(cooldown)s) AS written (delivery_id)
+    :ids::bigint[], :leases::int[], :statuses::text[], :last_errors::text[],
+    :errors::text[], :response_bodies::text[], :retry_in::float8[],
+    :started_at::timestamp[], :status_codes::int[], :durations::int[],
+    :subscription_ids::int[], :streaks::int[], :opened::text[], :probes::text[],
+    :succeeded::bool[], :cooldown) AS written (delivery_id)
 
 -- name: sending_settings
 SELECT id AS subscription_id, url, bearer_token, secret, retired_secrets, is_active,
        rate_limit
-FROM subscription WHERE id = ANY(%(ids)s::int[])
+FROM subscription WHERE id = ANY(:ids::int[])
 
 -- name: still_there
-SELECT id AS delivery_id FROM delivery WHERE id = ANY(%(ids)s::bigint[])
+SELECT id AS delivery_id FROM delivery WHERE id = ANY(:ids::bigint[])
 
 -- name: give_back
 -- The leases still held cleared: each subscription's row first (KEY SHARE,
@@ -75,57 +75,57 @@ SELECT id AS delivery_id FROM delivery WHERE id = ANY(%(ids)s::bigint[])
 WITH subscriptions AS MATERIALIZED (
     SELECT s.id FROM subscription s
     WHERE s.id IN (SELECT d.subscription_id FROM delivery d
-                   WHERE d.id = ANY(%(ids)s::bigint[]))
+                   WHERE d.id = ANY(:ids::bigint[]))
     ORDER BY s.id
     FOR KEY SHARE OF s
 )
 UPDATE delivery d SET locked_until = NULL
-FROM unnest(%(ids)s::bigint[], %(leases)s::int[]) AS g (id, lease), subscriptions s
+FROM unnest(:ids::bigint[], :leases::int[]) AS g (id, lease), subscriptions s
 WHERE d.id = g.id AND d.lease = g.lease AND d.subscription_id = s.id
   AND d.locked_until IS NOT NULL
 
 -- name: insert_delivery
 INSERT INTO delivery (subscription_id, message_id, event_type, payload, status, attempts,
                       lease, next_attempt_at, locked_until, created_at, traceparent)
-VALUES (%(subscription_id)s, %(message_id)s, %(event_type)s, %(payload)s, 'pending', 0, 1,
-        (now() AT TIME ZONE 'UTC'),
-        (now() AT TIME ZONE 'UTC') + %(lease_seconds)s::float8 * interval '1 second',
-        (now() AT TIME ZONE 'UTC'), %(traceparent)s)
+VALUES (:subscription_id, :message_id, :event_type, :payload, 'pending', 0, 1,
+        {now},
+        {now} + :lease_seconds::float8 * interval '1 second',
+        {now}, :traceparent)
 RETURNING id AS delivery_id
 
 -- name: take_for_resend
 -- Back to the start of the retry schedule, leased to the caller (a new
 -- lease: an attempt still in flight writes nothing).
 UPDATE delivery SET status = 'pending', attempts = 0,
-    next_attempt_at = (now() AT TIME ZONE 'UTC'), lease = lease + 1,
-    locked_until = (now() AT TIME ZONE 'UTC') + %(lease_seconds)s * interval '1 second'
-WHERE id = %(id)s AND status <> 'delivered'
-  AND (locked_until IS NULL OR locked_until <= (now() AT TIME ZONE 'UTC'))
+    next_attempt_at = {now}, lease = lease + 1,
+    locked_until = {now} + :lease_seconds * interval '1 second'
+WHERE id = :id AND status <> 'delivered'
+  AND (locked_until IS NULL OR locked_until <= {now})
 RETURNING id AS delivery_id
 
 -- name: stop_subscription
-UPDATE subscription SET is_active = false, disabled_reason = %(reason)s,
-    disabled_at = (now() AT TIME ZONE 'UTC')
-WHERE id = %(id)s
+UPDATE subscription SET is_active = false, disabled_reason = :reason,
+    disabled_at = {now}
+WHERE id = :id
 
 -- name: stop_failing_subscription
 -- Stopped only if it has had no success (nor was made or enabled again)
--- within %(cutoff_seconds)s.
-UPDATE subscription SET is_active = false, disabled_reason = %(reason)s,
-    disabled_at = (now() AT TIME ZONE 'UTC')
-WHERE id = %(id)s AND is_active
+-- within :cutoff_seconds.
+UPDATE subscription SET is_active = false, disabled_reason = :reason,
+    disabled_at = {now}
+WHERE id = :id AND is_active
   AND coalesce(enabled_at, created_at)
-      < (now() AT TIME ZONE 'UTC') - %(cutoff_seconds)s * interval '1 second'
+      < {now} - :cutoff_seconds * interval '1 second'
   AND (last_success_at IS NULL
-       OR last_success_at < (now() AT TIME ZONE 'UTC') - %(cutoff_seconds)s * interval '1 second')
+       OR last_success_at < {now} - :cutoff_seconds * interval '1 second')
 RETURNING id
 
 -- name: fail_waiting
 -- A stopped subscription's waiting deliveries, failed under a new lease:
 -- an attempt in flight can never bring one back.
 UPDATE delivery SET status = 'failed', locked_until = NULL, lease = lease + 1,
-    last_error = %(last_error)s
-WHERE subscription_id = %(id)s AND status = 'pending'
+    last_error = :last_error
+WHERE subscription_id = :id AND status = 'pending'
 
 -- name: disabled_with_waiting
 -- Disabled subscriptions with deliveries still pending: a create that read
@@ -135,60 +135,60 @@ WHERE subscription_id = %(id)s AND status = 'pending'
 SELECT s.id AS subscription_id FROM subscription s
 WHERE NOT s.is_active AND EXISTS (
     SELECT 1 FROM delivery d WHERE d.subscription_id = s.id AND d.status = 'pending')
-ORDER BY s.id LIMIT %(limit)s
+ORDER BY s.id LIMIT :limit
 
 -- name: lock_disabled_subscription
 -- Its row, if it is still disabled, before any of its deliveries' (the one
 -- lock order); an enable committed meanwhile leaves nothing to lock.
-SELECT disabled_reason FROM subscription WHERE id = %(id)s AND NOT is_active
+SELECT disabled_reason FROM subscription WHERE id = :id AND NOT is_active
 FOR NO KEY UPDATE
 
 -- name: delete_subscription
 -- The subscription's row first, then its deliveries and their attempts by
 -- the foreign keys' cascade: the one lock order (docs/webhooks-isolation.md).
-DELETE FROM subscription WHERE id = %(id)s
+DELETE FROM subscription WHERE id = :id
 
 -- name: lock_subscription
 -- Its row, before any of its deliveries' (the one lock order).
-SELECT id FROM subscription WHERE id = %(id)s FOR NO KEY UPDATE
+SELECT id FROM subscription WHERE id = :id FOR NO KEY UPDATE
 
 -- name: recover
--- A subscription's failed deliveries created since %(since)s, queued again
+-- A subscription's failed deliveries created since :since, queued again
 -- under a new lease.
 UPDATE delivery SET status = 'pending', attempts = 0, lease = lease + 1,
-    next_attempt_at = (now() AT TIME ZONE 'UTC'), locked_until = NULL
-WHERE subscription_id = %(id)s AND status = 'failed' AND created_at >= %(since)s
+    next_attempt_at = {now}, locked_until = NULL
+WHERE subscription_id = :id AND status = 'failed' AND created_at >= :since
 
 -- name: enable
 UPDATE subscription SET is_active = true, disabled_reason = NULL, disabled_at = NULL,
-    enabled_at = (now() AT TIME ZONE 'UTC'), failure_streak = 0,
+    enabled_at = {now}, failure_streak = 0,
     breaker_opened_at = NULL, breaker_probe_at = NULL
-WHERE id = %(id)s
+WHERE id = :id
 
 -- name: finished_before
 SELECT id FROM delivery
 WHERE status IN ('delivered', 'failed')
-  AND created_at < (now() AT TIME ZONE 'UTC') - %(days)s * interval '1 day'
-ORDER BY id LIMIT %(limit)s
+  AND created_at < {now} - :days * interval '1 day'
+ORDER BY id LIMIT :limit
 
 -- name: purge_attempts
-DELETE FROM attempt WHERE delivery_id = ANY(%(ids)s::bigint[])
+DELETE FROM attempt WHERE delivery_id = ANY(:ids::bigint[])
 
 -- name: purge_deliveries
 DELETE FROM delivery
-WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('delivered', 'failed')
-  AND created_at < (now() AT TIME ZONE 'UTC') - %(days)s * interval '1 day'
+WHERE id = ANY(:ids::bigint[]) AND status IN ('delivered', 'failed')
+  AND created_at < {now} - :days * interval '1 day'
 
 -- --- the throttle (webhooks/engine/throttle.py): functions of migration 0011 --------
 
 -- name: throttle_take_for_claim
 -- (subscription_id, tokens) of every throttled subscription with due deliveries.
 SELECT * FROM plantstore_throttle_take_for_claim_v1(
-    %(ids)s::int[], %(rooms)s::int[], %(default_room)s, %(limit)s, %(due_by)s::timestamp)
+    :ids::int[], :rooms::int[], :default_room, :limit, :due_by::timestamp)
 
 -- name: throttle_take
--- (subscription_id, tokens) of those of %(ids)s that are throttled.
-SELECT * FROM plantstore_throttle_take_v1(%(ids)s::int[], %(wants)s::int[])
+-- (subscription_id, tokens) of those of :ids that are throttled.
+SELECT * FROM plantstore_throttle_take_v1(:ids::int[], :wants::int[])
 
 -- name: throttle_give_back
-SELECT plantstore_throttle_give_back_v1(%(ids)s::int[], %(counts)s::int[])
+SELECT plantstore_throttle_give_back_v1(:ids::int[], :counts::int[])

@@ -1,7 +1,7 @@
 -- The SQLite delivery store's queries (webhooks/engine/store/sqlite.py). One host:
 -- its clock is the database's, so times are passed in (:now, :until, ...)
 -- from the process (plantstore/db/clock.py). Lists are passed as JSON arrays
--- (json_each). Parameters are sqlite3's :name; rows are read by column name.
+-- (json_each). Parameters are :name (db/named_sql.py); rows are read by column name.
 
 -- name: active_subscriptions
 -- The active subscriptions a claim may take from: breaker closed, or its probe due.
