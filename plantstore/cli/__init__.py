@@ -28,6 +28,7 @@ from ..webhooks.engine import queue
 from .deliveries import deliveries_cli, worker_cli
 from .keys import keys_cli
 from .params import NEW_USER_NAME, ROW_ID, USER_NAME, days
+from .portal import portal_cli
 from .webhooks import webhooks_cli
 
 
@@ -191,7 +192,7 @@ def tokens_revoke(token_id):
 
 
 COMMANDS = (db_cli, users_cli, tokens_cli, webhooks_cli, deliveries_cli, worker_cli,
-            keys_cli, web_cli)
+            keys_cli, web_cli, portal_cli)
 
 
 def register_commands(app):

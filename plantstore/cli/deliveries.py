@@ -13,14 +13,14 @@ from marshmallow import ValidationError
 from peewee import DatabaseError, fn
 
 from .. import db
-from ..db.models import Attempt, Delivery
+from ..db.models import Delivery
 from ..observability import tracing
 from ..observability.logs import one_line
 from ..web.fields import UtcTimestamp
 from ..webhooks.config import settings_of
 from ..webhooks.engine import backlog, queue
 from ..webhooks.sending.worker import Worker
-from ..webhooks.subscriptions import stored_secrets
+from ..webhooks.subscriptions import delivery_log, operations, stored_secrets
 from .params import DELIVERY_ID, LIST_LIMIT, ROW_ID, days
 from .webhooks import find_delivery, find_subscription, send_now, when
 
@@ -50,10 +50,8 @@ def deliveries_list(status, limit):
     """List deliveries: id, state, subscription, webhook-id, attempts, then the
     next attempt (pending), the delivery time, or the last error (a
     receiver's text, escaped: ``one_line``)."""
-    query = Delivery.select().order_by(Delivery.id.desc()).limit(limit)
-    if status:
-        query = query.where(Delivery.status == status)
-    for delivery in query:
+    deliveries, _ = delivery_log.page(None, delivery_log.Filters(status=status), limit)
+    for delivery in deliveries:
         if delivery.status == Delivery.DELIVERED:
             detail = f"delivered {when(delivery.delivered_at)}"
         elif delivery.status == Delivery.PENDING:
@@ -83,7 +81,8 @@ def deliveries_summary():
 def deliveries_show(delivery_id):
     """Show delivery DELIVERY_ID and every attempt at it (what a receiver or a
     client sent shown escaped, ``one_line``)."""
-    delivery = find_delivery(delivery_id)
+    find_delivery(delivery_id)  # a one-line error when there is none
+    delivery = delivery_log.delivery_with_attempts(None, delivery_id)
     subscription = delivery.subscription
     lines = [
         f"delivery:     {delivery.id}",
@@ -102,8 +101,7 @@ def deliveries_show(delivery_id):
     if delivery.last_error:
         lines.append(f"last error:   {one_line(delivery.last_error)}")
     lines.append(f"payload:      {one_line(delivery.payload)}")
-    attempts = list(Attempt.select().where(Attempt.delivery == delivery.id)
-                    .order_by(Attempt.started_at, Attempt.id))
+    attempts = delivery.attempt_rows
     lines.append(f"attempts:     {len(attempts)}")
     for attempt in attempts:
         if attempt.status_code is not None:
@@ -138,12 +136,11 @@ def deliveries_retry(delivery_id):
 def deliveries_recover(subscription_id, since):
     """Queue again every failed delivery of a subscription created since TIME,
     each with its webhook-id; the workers send them."""
-    subscription = find_subscription(subscription_id)
-    if not subscription.is_active:
-        raise click.ClickException(
-            f"subscription {subscription_id} is disabled; enable it first with "
-            f"`plantstore webhooks enable {subscription_id}`")
-    queued = queue.recover(subscription_id, since)
+    try:
+        queued = operations.recover(find_subscription(subscription_id), since)
+    except operations.Refused as refused:
+        raise click.ClickException(f"{refused.message} (`plantstore webhooks enable "
+                                   f"{subscription_id}`)") from None
     click.echo(f"queued {queued} failed deliveries of subscription {subscription_id} again")
 
 
