@@ -100,21 +100,26 @@ def _sqlite_statements(users, endpoints, deliveries):
     ]
 
 
+def fill(database, users=USERS, endpoints=ENDPOINTS, deliveries=DELIVERIES):
+    """Fill a migrated, empty peewee ``database`` as the module says, then ANALYZE."""
+    postgres = database.param == "%s"
+    statements = (_postgres_statements if postgres else _sqlite_statements)(
+        users, endpoints, deliveries)
+    if postgres:  # psycopg2 reads % as a parameter's mark
+        statements = [statement.replace("%", "%%") for statement in statements]
+    for statement in statements:
+        with database.atomic():
+            database.execute_sql(statement)
+    database.execute_sql("ANALYZE")
+
+
 def seed(database_url, users=USERS, endpoints=ENDPOINTS, deliveries=DELIVERIES):
-    """Migrate ``database_url`` (empty) and fill it as the module says."""
+    """Migrate ``database_url`` (empty) and fill it."""
     from plantstore import create_app, db
 
     app = create_app({"DATABASE_URL": database_url})
     with app.app_context():
         db.upgrade()
-        postgres = db.database.param == "%s"
-        statements = (_postgres_statements if postgres else _sqlite_statements)(
-            users, endpoints, deliveries)
-        if postgres:  # psycopg2 reads % as a parameter's mark
-            statements = [statement.replace("%", "%%") for statement in statements]
         with db.database.connection_context():
-            for statement in statements:
-                with db.database.atomic():
-                    db.database.execute_sql(statement)
-            db.database.execute_sql("ANALYZE")
+            fill(db.database, users, endpoints, deliveries)
     db.database.close_all()
