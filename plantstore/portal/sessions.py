@@ -58,7 +58,7 @@ def current(key):
     token_valid = Token.id.is_null() | (Token.revoked_at.is_null() & (
         Token.expires_at.is_null() | (Token.expires_at > clock.now())))
     row = (PortalSession
-           .select(PortalSession, User.name, User.is_admin)
+           .select(PortalSession, User.id, User.name, User.is_admin)
            .join(User).switch(PortalSession)
            .join(Token, on=(Token.id == PortalSession.token), join_type=JOIN.LEFT_OUTER)
            .where(PortalSession.digest == digest(key), PortalSession.ended_at.is_null(),
@@ -71,7 +71,7 @@ def current(key):
         return None
     (PortalSession.update(last_seen_at=clock.now())
      .where(PortalSession.id == row.id).execute())
-    return Session(row.id, row.user_id, row.user.name, row.user.is_admin, row.read_only,
+    return Session(row.id, row.user.id, row.user.name, row.user.is_admin, row.read_only,
                    row.csrf_token)
 
 

@@ -132,8 +132,9 @@ def resend(delivery):
     leased to this process and offered to its sender (the workers take it
     when no slot is free); the delivery as it is now."""
     if delivery.status == Delivery.DELIVERED:
-        raise Refused(f"Delivery {delivery.id} was already delivered "
-                      f"({delivery.delivered_at:%Y-%m-%d %H:%M:%S} UTC).")
+        when = (f" ({delivery.delivered_at:%Y-%m-%d %H:%M:%S} UTC)"
+                if delivery.delivered_at else "")
+        raise Refused(f"Delivery {delivery.id} was already delivered{when}.")
     active(delivery.subscription)
     try:
         job = queue.take_for_resend(delivery.id, settings_of(current_app))
