@@ -131,6 +131,12 @@ class Browser:
         from selenium.webdriver.support import expected_conditions as seen
         return self.wait.until(seen.visibility_of_element_located((By.CSS_SELECTOR, css)))
 
+    def present(self, css):
+        """The element ``css`` selects, once it is in the page (shown or not)."""
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support import expected_conditions as seen
+        return self.wait.until(seen.presence_of_element_located((By.CSS_SELECTOR, css)))
+
     def all(self, css):
         from selenium.webdriver.common.by import By
         return self.driver.find_elements(By.CSS_SELECTOR, css)
