@@ -6,7 +6,8 @@ Every page a test visits is checked by ``Browser.check``: no serious or
 critical accessibility violation by axe-core (``axe-selenium-python``
 bundles it), no script of anybody's ran (``PWNED`` unset, the title
 untouched), no Content-Security-Policy violation in the console; and, with
-``PORTAL_SCREENSHOTS=1``, saved to docs/portal/<name>.png.
+``PORTAL_SCREENSHOTS=1``, the pages of the whole flow are saved to
+docs/portal/<name>.png (docs/portal.md shows them).
 """
 import os
 import shutil
@@ -182,8 +183,9 @@ class Browser:
         return [entry["message"] for entry in entries
                 if "Content Security Policy" in entry["message"]]
 
-    def check(self, name):
-        """The page's checks (see the module); its screenshot when asked for."""
+    def check(self, name, screenshot=False):
+        """The page's checks (see the module); with ``screenshot``, its
+        screenshot when ``PORTAL_SCREENSHOTS=1`` asks for them."""
         from axe_selenium_python import Axe
         axe = Axe(self.driver)
         axe.inject()
@@ -195,7 +197,7 @@ class Browser:
         assert untouched and "pwned" not in title.lower(), f"{name}: a script ran ({title})"
         assert not self.csp_violations(), f"{name}: {self.console}"
         self.checked.append(name)
-        if os.environ.get("PORTAL_SCREENSHOTS") == "1":
+        if screenshot and os.environ.get("PORTAL_SCREENSHOTS") == "1":
             SCREENSHOTS.mkdir(exist_ok=True)
             assert self.driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
 

@@ -44,25 +44,25 @@ def test_the_whole_flow_from_link_to_logout(browser, portal, alice, make_receive
     link = portal.link(alice)
     enter(browser, link)
     assert "no endpoints yet" in browser.text("#empty")
-    browser.check("endpoints-empty")
+    browser.check("endpoints-empty", screenshot=True)
 
     browser.click("#add-endpoint")
-    browser.check("endpoint-form")
+    browser.check("endpoint-form", screenshot=True)
     browser.find("#url").send_keys(receiver.url)
     browser.find("#bearer").send_keys("receiver-bearer")
     browser.click("#save")
     secret = browser.find("#secret").get_attribute("value")
     assert secret.startswith("whsec_")
-    browser.check("endpoint-added")
+    browser.check("endpoint-added", screenshot=True)
 
     browser.click("#back")
     assert receiver.url in browser.text("#endpoints tbody")
-    browser.check("endpoints")
+    browser.check("endpoints", screenshot=True)
     browser.submit(browser.button("Send a test event"))
     browser.reload_until("#attempts tbody tr")
     assert "HTTP 500" in browser.text("#attempts")
     assert FIRST_ANSWER.decode() in browser.text("#attempts")
-    browser.check("delivery")
+    browser.check("delivery", screenshot=True)
     [received] = receiver.wait_for(1)
     assert verify(secret, received)["tag"] == "test"
     assert received.headers["authorization"] == "Bearer receiver-bearer"
@@ -72,27 +72,33 @@ def test_the_whole_flow_from_link_to_logout(browser, portal, alice, make_receive
     browser.reload_until("#attempts tbody tr", count=2)
     browser.reload_until("#status", text="delivered")
     assert "HTTP 200" in browser.all("#attempts tbody tr")[1].text
-    browser.check("delivery-resent")
+    browser.check("delivery-resent", screenshot=True)
 
     browser.click("#nav-deliveries")
     assert "plant.test" in browser.text("#deliveries")
-    browser.check("deliveries")
+    browser.check("deliveries", screenshot=True)
 
     browser.click("#nav-endpoints")
     browser.submit(browser.button("Rotate the secret"))
     rotated = browser.find("#secret").get_attribute("value")
     assert rotated.startswith("whsec_") and rotated != secret
-    browser.check("secret-rotated")
+    browser.check("secret-rotated", screenshot=True)
+    browser.click("#back")
+    for action, name in (("Edit", "endpoint-edit"), ("Recover", "recover"),
+                         ("Delete", "confirm-delete")):
+        browser.click(f"#endpoints a[href$='/{action.lower()}']")
+        browser.check(name, screenshot=True)
+        browser.click("#nav-endpoints")
 
     browser.click("#logout")
     assert "logged out" in browser.text("h1").lower()
-    browser.check("logged-out")
+    browser.check("logged-out", screenshot=True)
     browser.driver.get(link)
     assert browser.text("h1") == "This link was already used"
-    browser.check("link-used")
+    browser.check("link-used", screenshot=True)
     browser.driver.get(portal.url + "/portal/endpoints")
     assert browser.text("h1") == "You are not signed in"
-    browser.check("signed-out")
+    browser.check("signed-out", screenshot=True)
 
 
 def tab_to(browser, css, most=40):
