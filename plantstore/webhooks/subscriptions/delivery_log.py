@@ -39,37 +39,35 @@ def page(caller, filters, limit):
     keeps the newest: never another user's rows, however the ids of
     everybody's deliveries interleave (migration 0017, docs/performance.md).
     """
-    subscription_ids = _subscriptions_read(caller, filters.subscription_id)
-    if subscription_ids is None:
+    subscriptions = _subscriptions_read(caller, filters.subscription_id)
+    if subscriptions is None:
         deliveries = list(_matching(filters).order_by(Delivery.id.desc()).limit(limit + 1))
+        subscriptions = _subscriptions_of(deliveries[:limit])
     else:
-        deliveries = _newest_of_each(subscription_ids, filters, limit + 1)
+        deliveries = _newest_of_each(list(subscriptions), filters, limit + 1)
     more = len(deliveries) > limit
-    return with_attempts(_with_subscriptions(deliveries[:limit])), more
-
-
-def _with_subscriptions(deliveries):
-    """``deliveries``, each given its subscription, read in one statement (a
-    page that shows each one's URL reads no row more per delivery)."""
-    ids = {delivery.subscription_id for delivery in deliveries}
-    subscriptions = {s.id: s for s in Subscription.select().where(Subscription.id.in_(ids))}
-    for delivery in deliveries:
+    deliveries = deliveries[:limit]
+    for delivery in deliveries:  # a page that shows each one's URL reads no row more
         delivery.subscription = subscriptions[delivery.subscription_id]
-    return deliveries
+    return with_attempts(deliveries), more
 
 
 def _subscriptions_read(caller, subscription_id):
-    """The ids of the subscriptions a page reads, or None for every one (the
+    """{id: subscription} of those a page reads, or None for every one (the
     operator's or an admin's page without an endpoint chosen)."""
     everything = caller is None or caller.is_admin
-    if subscription_id is not None:
-        if everything or audience.visible_to(caller).where(
-                Subscription.id == subscription_id).exists():
-            return [subscription_id]
-        return []
-    if everything:
+    if subscription_id is None and everything:
         return None
-    return [row.id for row in audience.visible_to(caller).select(Subscription.id)]
+    query = Subscription.select() if everything else audience.visible_to(caller)
+    if subscription_id is not None:
+        query = query.where(Subscription.id == subscription_id)
+    return {subscription.id: subscription for subscription in query}
+
+
+def _subscriptions_of(deliveries):
+    """{id: subscription} of the deliveries', read in one statement."""
+    ids = {delivery.subscription_id for delivery in deliveries}
+    return {s.id: s for s in Subscription.select().where(Subscription.id.in_(ids))}
 
 
 def _matching(filters, subscription_id=None):
