@@ -66,7 +66,7 @@ SCALING_BEGIN = "<!-- scaling: written by make bench BENCH_PROCESSES=... -->"
 SCALING_END = "<!-- end of scaling -->"
 
 
-def _when(first_commit):
+def when(first_commit):
     """(now, which commit was measured) for a report's first line."""
     last_commit = commit()
     return (datetime.datetime.now(datetime.timezone.utc),
@@ -77,7 +77,7 @@ def _when(first_commit):
 def render_scaling(results, names, seconds, rounds, command, first_commit):
     """The scaling section (``BENCH_PROCESSES``) alone, between its markers,
     with how and when it was measured: a page keeps it when rewritten."""
-    now, measured = _when(first_commit)
+    now, measured = when(first_commit)
     lines = [SCALING_BEGIN, "## Scaling with the processes", "",
              f"Measured by `{command}` on {now:%Y-%m-%d %H:%M} UTC, {measured}, on "
              f"{_cpu()}, {os.cpu_count()} cores. Each server at each number of worker "
@@ -110,7 +110,7 @@ def with_scaling(page, section):
 def render(results, names, seconds, rounds, command, first_commit):
     """The whole report as Markdown; ``command`` is how the bench was run,
     ``first_commit`` what ``commit()`` said when it started."""
-    now, measured = _when(first_commit)
+    now, measured = when(first_commit)
     lines = [
         "# plantstore performance",
         "",

@@ -41,6 +41,11 @@ Environment:
                         and a whole run keeps that section)
   BENCH_ONLY=limiter    only the rate limiter's cost per request
   BENCH_ONLY=tracing    only tracing's cost: off, on sampling 1.0 and 0.1
+  BENCH_ONLY=portal     only the portal's delivery log on 1,000,000 deliveries
+                        (bench/portal_log.py), on both backends unless
+                        BENCH_DATABASE says one; writes its section of
+                        docs/performance.md (BENCH_PORTAL_ROUNDS: runs per
+                        case and user, default 10)
   BENCH_REDIS_URL       the Redis the limiter measurement counts in
                         (default redis://127.0.0.1:6379/8)
   BENCH_MEMORY_REQUESTS requests before memory is read (default 100000)
@@ -80,6 +85,7 @@ import databases
 import delay_proxy
 import fairness
 import load
+import portal_log
 import processes
 import report
 import seed
@@ -472,9 +478,12 @@ def plantstore_server(url, name, workdir):
 
 def main():
     only = os.environ.get("BENCH_ONLY") or None
-    if only not in (None, "fuse", "webhook", "worker", "owners", "fair", "limiter", "tracing"):
-        sys.exit(f"BENCH_ONLY={only!r}: use fuse, webhook, worker, owners, fair, limiter "
-                 "or tracing")
+    if only not in (None, "fuse", "webhook", "worker", "owners", "fair", "limiter", "tracing",
+                    "portal"):
+        sys.exit(f"BENCH_ONLY={only!r}: use fuse, webhook, worker, owners, fair, limiter, "
+                 "tracing or portal")
+    if only == "portal":
+        return measure_portal()
     quick = os.environ.get("BENCH_QUICK") == "1"
     compare_yardsticks = quick or os.environ.get("BENCH_COMPARE") == "1"
     extras = not quick and os.environ.get("BENCH_EXTRAS", "1") != "0"
@@ -505,6 +514,7 @@ def main():
             text = report.render(results, names, seconds, rounds, invocation(), first_commit)
             if output == PAGE:
                 text = report.with_scaling(text, report.scaling_of(old))
+                text = portal_log.with_section(text, portal_log.section_of(old))
         print(text)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text)
@@ -561,6 +571,26 @@ def main():
             backend.close()
         if not only and not counts:  # what was measured is written even if a later
             write(results, names)     # part failed (a scaling run only when complete)
+
+
+def measure_portal():
+    """BENCH_ONLY=portal: seed, measure, print and write the portal's section
+    of docs/performance.md (the rest of the page is kept)."""
+    workdir = Path(tempfile.mkdtemp(prefix="plantstore-bench-"))
+    backends = [databases.backend(name, workdir) for name in databases.chosen(True)]
+    rounds = portal_log.rounds_wanted()
+    first_commit = report.commit()
+    try:
+        results = portal_log.run(backends, rounds)
+    finally:
+        for backend in backends:
+            backend.close()
+    now, measured = report.when(first_commit)
+    section = portal_log.render(results, rounds, invocation(),
+                                f"{now:%Y-%m-%d %H:%M} UTC, {measured}")
+    print(section)
+    PAGE.write_text(portal_log.with_section(PAGE.read_text(), section))
+    print(f"written to {PAGE.relative_to(REPO)}")
 
 
 def invocation():

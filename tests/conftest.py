@@ -9,10 +9,12 @@ Shared by several folders, and loaded here as plugins:
 ``plugins/servers.py`` (real gunicorn servers), ``plugins/webhooks.py``
 (a webhook receiver, timing settings, outbox helpers),
 ``plugins/stalls.py`` (a create stalled inside its statement),
-``plugins/local_run.py`` (the service as a newcomer runs it) and
-``plugins/postgres.py`` (a PostgreSQL of the test's own, to stop and start). A folder's
-own fixtures are its ``conftest.py`` (``api/``: a throwaway PostgreSQL
-that counts statements; ``operations/``: an OTLP trace collector). Plain helpers that
+``plugins/local_run.py`` (the service as a newcomer runs it),
+``plugins/postgres.py`` (a PostgreSQL of the test's own, to stop and start)
+and ``plugins/portal_browser.py`` (the portal in a headless Chromium). A
+folder's own fixtures are its ``conftest.py`` (``plants/``: a throwaway
+PostgreSQL that counts statements; ``observability/``: an OTLP trace
+collector). Plain helpers that
 tests call (``bearer``, ``assert_error``, ``wait_until``, ...) are in
 ``helpers.py``.
 """
@@ -27,7 +29,8 @@ from plantstore.web.auth import ALL_SCOPES, issue_token  # noqa: E402
 from plantstore.webhooks.config import web_sender_of  # noqa: E402
 
 pytest_plugins = ["plugins.servers", "plugins.webhooks",
-                  "plugins.stalls", "plugins.local_run", "plugins.postgres"]
+                  "plugins.stalls", "plugins.local_run", "plugins.postgres",
+                  "plugins.portal_browser"]
 
 
 def _reset_postgres_schema(url):

@@ -136,6 +136,9 @@ Delivery.add_index(Delivery.index(Delivery.next_attempt_at, Delivery.id, name="d
 Delivery.add_index(Delivery.index(Delivery.subscription, Delivery.next_attempt_at, Delivery.id,
                                   name="delivery_due_per_subscription",
                                   where=Delivery.status == Delivery.PENDING))
+# What the delivery log filtered by status reads, per subscription (migration 0017).
+Delivery.add_index(Delivery.index(Delivery.subscription, Delivery.status, Delivery.id,
+                                  name="delivery_subscription_status_id"))
 
 
 class Attempt(BaseModel):
