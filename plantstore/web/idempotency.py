@@ -27,7 +27,7 @@ instead of a second effect. Keys belong to a user and live in the database
   is kept, key included, and a retry runs as if it were the first;
 - a key is remembered for ``IDEMPOTENCY_TTL_HOURS`` from its first use, by
   the database's clock (``clock``); after that it is forgotten (its next use
-  takes the row over; ``purge_expired_keys``, a maintenance task the webhook
+  takes the row over; ``idempotency_keys.purge_expired_keys``, a maintenance task the webhook
   worker runs, deletes such rows in small batches).
 
 On SQLite (one host) write transactions take turns (``BEGIN IMMEDIATE``,
@@ -47,6 +47,7 @@ from peewee import EXCLUDED, Select, Value
 
 from ..db import clock, database
 from ..db.models import IdempotencyKey
+from .idempotency_keys import KeyTaken
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -60,9 +61,6 @@ CLAIM_ATTEMPTS = 3
 only when the key's lock was free and its claim still missed the key, which
 happens when the key's row changed while the statement ran (the request
 holding it answered, or the row was purged); the next try sees the change."""
-
-PURGE_BATCH_SIZE = 500
-"""Most expired keys one ``purge_expired_keys`` call deletes."""
 
 
 class IdempotencyKeyHeaderSchema(ma.Schema):
@@ -104,16 +102,6 @@ class KeyClaim:
     status: int | None = None
     content_type: str | None = None
     body: str | None = None
-
-
-class KeyTaken(Exception):
-    """A create's statement did not claim its key, and wrote nothing: whether
-    the key's lock was free, and the key's committed row as found
-    (fingerprint, status, content type, body, expired; all None if none)."""
-
-    def __init__(self, held, *found):
-        super().__init__("the idempotency key is taken")
-        self.held, self.found = held, found
 
 
 def answering(response):
@@ -270,17 +258,3 @@ def _run_in_key_transaction(view, args, kwargs, key, fingerprint):
             return response
     except _NotRemembered as failure:
         return failure.response
-
-
-def purge_expired_keys(batch_size=PURGE_BATCH_SIZE):
-    """Delete up to ``batch_size`` keys past their time to live; how many were.
-
-    A row taken over meanwhile by a new use of its key is live again and
-    stays. A failure is raised to the caller (the worker's maintenance).
-    """
-    expired = (IdempotencyKey.select(IdempotencyKey.id)
-               .where(IdempotencyKey.expires_at <= clock.now()).limit(batch_size))
-    return (IdempotencyKey.delete()
-            .where(IdempotencyKey.id.in_(expired),
-                   IdempotencyKey.expires_at <= clock.now())
-            .execute())

@@ -4,7 +4,7 @@ A create stores its plant and one webhook delivery per subscription that
 hears about it, all or nothing, through the delivery store (enqueueing's
 one door, ``engine.store.DeliveryStore.store_new_plant``): on PostgreSQL
 one statement that also checks the token (``auth.TokenRefused``) and
-claims an ``Idempotency-Key`` (``idempotency.KeyTaken``); on SQLite one
+claims an ``Idempotency-Key`` (``idempotency_keys.KeyTaken``); on SQLite one
 transaction, nested in the idempotency decorator's. The deliveries whose
 receiver's breaker is closed are leased to the calling process, which
 attempts them once committed (``announce``); workers leave them alone until

@@ -19,7 +19,7 @@ from helpers import POSTGRES_URL, REPO, assert_error, bearer, skew_process_clock
 from plantstore import db
 from plantstore.db.models import IdempotencyKey, Plant, User
 from plantstore.web import idempotency
-from plantstore.web.idempotency import purge_expired_keys
+from plantstore.web.idempotency_keys import purge_expired_keys
 from plugins.stalls import waiting_on_a_lock
 from plugins.webhooks import subscribe
 

@@ -8,7 +8,7 @@ import logging
 import time
 
 from ...db import database, is_unavailable
-from ...web.idempotency import purge_expired_keys
+from ...web.idempotency_keys import purge_expired_keys
 from ..engine import queue
 from ..subscriptions import secrets
 

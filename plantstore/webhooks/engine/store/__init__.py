@@ -81,7 +81,7 @@ class DeliveryStore(Protocol):
         unless the receiver's breaker is open. ``IntegrityError`` if the
         plant's id is taken. PostgreSQL's fast path does it in one statement
         that also checks ``token`` (``auth.TokenRefused``) and claims
-        ``key_claim`` (``idempotency.KeyTaken``); SQLite, in one transaction
+        ``key_claim`` (``idempotency_keys.KeyTaken``); SQLite, in one transaction
         nested in the caller's, which checked the token and claimed the key."""
 
     def due_candidates(self, most, due_by):

@@ -21,7 +21,7 @@ from peewee import DatabaseError, IntegrityError
 from ....db import database
 from ....db.named_sql import Queries
 from ....web.auth import TokenRefused
-from ....web.idempotency import KeyTaken
+from ....web.idempotency_keys import KeyTaken
 from ..rules import BreakerState
 from . import SubscriptionsChanging, new_message_id
 
