@@ -20,6 +20,7 @@ from inspect import CO_COROUTINE
 
 import flask
 import flask_smorest
+import marshmallow as ma
 from flask.json.provider import DefaultJSONProvider
 from flask_smorest import abort
 from webargs import core
@@ -27,7 +28,7 @@ from webargs.flaskparser import FlaskParser, is_json_request
 
 from .auth import require_scope
 from .body import decoding as json_body
-from .errors import ErrorSchema, handle_http_exception
+from .errors import handle_http_exception
 from .idempotency import HEADER as IDEMPOTENCY_HEADER
 from .idempotency import IdempotencyKeyHeaderSchema, idempotent
 from .redirects import options_of_target, raise_redirect
@@ -247,6 +248,17 @@ class App(flask.Flask):
         the contract's shape, never built from ``Host`` (``redirects.py``)."""
         raise_redirect(request.routing_exception)
         super().raise_routing_exception(request)
+
+
+class ErrorSchema(ma.Schema):
+    """An error answer (documentation of the shape ``errors.error_response`` writes)."""
+    error = ma.fields.Integer(required=True, metadata={
+        "description": "The HTTP status code", "format": "int32"})
+    message = ma.fields.String(required=True, metadata={
+        "description": "What went wrong, as a sentence"})
+    details = ma.fields.Dict(
+        keys=ma.fields.String(), values=ma.fields.List(ma.fields.String()),
+        metadata={"description": "Validation messages by field"})
 
 
 class Api(flask_smorest.Api):

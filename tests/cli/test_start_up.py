@@ -21,8 +21,9 @@ except SystemExit as exit:
 print(json.dumps([code, sorted(sys.modules)]), file=sys.stderr)
 """
 
-WEB_ONLY = ("flask_smorest", "apispec", "limits", "limits.aio", "redis", "plantstore.web.api",
-            "plantstore.plants.routes", "plantstore.web.ratelimit", "plantstore.web.openapi")
+WEB_ONLY = ("flask_smorest", "apispec", "marshmallow", "limits", "limits.aio", "redis",
+            "plantstore.web.api", "plantstore.plants.routes", "plantstore.web.ratelimit",
+            "plantstore.web.openapi")
 
 
 def imported_by(*args, env):
