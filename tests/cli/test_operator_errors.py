@@ -4,22 +4,26 @@ and every gunicorn variable of docs/operating.md's table that gunicorn
 cannot use, refused by ``plantstore web`` (the one command that starts the
 web server) before anything binds, exit 2; a taken port too. And that
 ``plantstore web`` serves, and is what every place starting the server runs."""
+import json
 import os
 import re
 import shlex
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import requests
 from click.testing import CliRunner
 from playhouse.migrations import Migration
 
-from helpers import PLANTSTORE, REPO, plantstore_env, run_plantstore
+from helpers import PLANTSTORE, REPO, free_port, plantstore_env, run_plantstore
 from plantstore.cli import cli
 from plantstore.db import MIGRATIONS_DIR
 from plantstore.server import launch as web_server
+from plugins.servers import wait_until_up
 
 
 def only_line(stderr):
@@ -82,6 +86,108 @@ def listened_on(port):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("variable, value, accepts", [
+    ("WEB_CONCURRENCY", "abc", "a whole number from 1 to 1000"),
+    ("WEB_CONCURRENCY", "-1", "a whole number from 1 to 1000"),
+    ("WEB_CONCURRENCY", "0", "a whole number from 1 to 1000"),
+    ("GUNICORN_THREADS", "x", "a whole number from 1 to 1000"),
+    ("GUNICORN_THREADS", "0", "a whole number from 1 to 1000"),
+    ("GUNICORN_TIMEOUT", "soon", "a whole number of seconds from 0 to 86400"),
+    ("GUNICORN_GRACEFUL_TIMEOUT", "-1", "a whole number of seconds from 0 to 86400"),
+    ("LOG_LEVEL", "loud", "debug, info, warning, error or critical"),
+    ("PORT", "99999", "a whole number from 1 to 65535"),
+    ("HOST", "no-such-host.invalid", "an address or a host name of this machine"),
+    ("GUNICORN_BIND", "127.0.0.1:http", "HOST:PORT with a port from 1 to 65535"),
+    ("GUNICORN_WORKER_CLASS", "nope", "a gunicorn worker class (sync,"),
+    ("GUNICORN_CONTROL_SOCKET", "/no/such/directory/gunicorn.ctl",
+     "a path in an existing directory"),
+    ("PROMETHEUS_MULTIPROC_DIR", "/proc/no-such-directory",
+     "a directory this user can make and write"),
+])
+def test_a_gunicorn_variable_gunicorn_cannot_use_is_one_line_before_it_binds(
+        tmp_path, variable, value, accepts):
+    port = free_port()
+    result = start_gunicorn({**os.environ, "PORT": str(port),
+                             **plantstore_env(f"sqlite:///{tmp_path / 'x.db'}"),
+                             variable: value})
+    assert result.returncode == 2, result.stderr
+    line = only_line(result.stderr)
+    assert line.startswith(f"Error: {variable} must be {accepts}"), line
+    assert line.endswith(f"not {value!r}") or value in line, line
+    assert result.stdout == ""
+    assert not listened_on(port)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command, variable, value", [
+    (IMAGE_WEB, "WEB_CONCURRENCY", "abc"),
+    (IMAGE_WEB, "GUNICORN_THREADS", "x"),
+    (IMAGE_WEB, "PROMETHEUS_MULTIPROC_DIR", "/proc/no-such-directory"),
+    # By hand, all but WEB_CONCURRENCY: gunicorn reads it before any configuration file.
+    (GUNICORN, "GUNICORN_THREADS", "x"),
+    (GUNICORN, "PROMETHEUS_MULTIPROC_DIR", "/proc/no-such-directory"),
+], ids=["image-web-WEB_CONCURRENCY", "image-web-GUNICORN_THREADS",
+        "image-web-PROMETHEUS_MULTIPROC_DIR", "gunicorn-GUNICORN_THREADS",
+        "gunicorn-PROMETHEUS_MULTIPROC_DIR"])
+def test_the_images_web_and_gunicorn_by_hand_refuse_the_same_in_one_line(
+        tmp_path, command, variable, value):
+    port = free_port()
+    result = start_gunicorn({**os.environ, "PORT": str(port),
+                             **plantstore_env(f"sqlite:///{tmp_path / 'x.db'}"),
+                             variable: value}, command)
+    assert result.returncode == 2, result.stderr
+    assert only_line(result.stderr).startswith(f"Error: {variable} must be "), result.stderr
+    assert not listened_on(port)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("refusal", [{"GUNICORN_THREADS": "0"},
+                                     {"PLANTSTORE_DATABASE_URL": "bogus://x"}],
+                         ids=["server-variable", "plantstore-setting"])
+def test_a_refused_start_leaves_no_metrics_directory_behind(tmp_path, refusal):
+    scratch = tmp_path / "tmp"  # where the server makes its metrics directory
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch),
+           **plantstore_env(f"sqlite:///{tmp_path / 'x.db'}"), **refusal}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    result = start_gunicorn(env, GUNICORN)
+    assert result.returncode in (1, 2), result.stderr
+    assert only_line(result.stderr).startswith("Error: "), result.stderr
+    assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_plantstore_web_serves_and_a_sigterm_ends_it_with_status_0(tmp_path):
+    """The process started is gunicorn's master (no process in between): it
+    answers /healthz, and SIGTERM sent to it stops the server, exit 0."""
+    port = free_port()
+    env = {**os.environ, **plantstore_env(f"sqlite:///{tmp_path / 'web.db'}"),
+           "PORT": str(port), "WEB_CONCURRENCY": "1", "PLANTSTORE_LOG_FORMAT": "json"}
+    env.pop("GUNICORN_BIND", None)
+    upgraded = run_plantstore("db", "upgrade", env=env)
+    assert upgraded.returncode == 0, upgraded.stderr
+    log = tmp_path / "web.log"
+    with log.open("wb") as output:
+        server = subprocess.Popen(WEB, cwd=REPO, env=env, stdout=output,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until_up(f"http://127.0.0.1:{port}/healthz", server)
+        answer = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+        assert answer.status_code == 200, answer.text
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0, log.read_text()
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    lines = [json.loads(line) for line in log.read_text().splitlines()
+             if line.startswith("{")]
+    [listening] = [line for line in lines if line["message"].startswith("Listening at")]
+    assert listening["pid"] == server.pid, listening
+    assert "Traceback" not in log.read_text()
+    assert not listened_on(port)
+
+
 @pytest.mark.parametrize("command, variable, value, accepts", [
     (("db", "check"), "LOG_LEVEL", "loud", "debug, info, warning, error or critical"),
     # Only the commands whose counts /metrics serves write metric files.
