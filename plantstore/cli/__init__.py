@@ -51,7 +51,7 @@ COMMANDS = {
     "worker": Listed("plantstore.cli.worker:worker_cli",
                      "Deliver due webhook deliveries: forever, or just once.", counted=True),
     "keys": Listed("plantstore.cli.keys:keys_cli",
-                   "Keys that encrypt webhook secrets at rest..."),
+                   "Keys that encrypt webhook secrets at rest."),
     "web": Listed("plantstore.server.launch:web_cli",
                   "Run the web server (gunicorn), its variables checked first.", counted=True),
 }

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from helpers import REPO, plantstore_env
+from plantstore.cli import COMMANDS
 
 PROBE = """
 import json, sys
@@ -60,3 +61,10 @@ def test_a_rate_limit_storage_is_imported_only_when_a_limit_is_set(database_url)
                               capture_output=True, text=True, timeout=60)
                for limit in ("", "10/second")]
     assert [answer.stdout for answer in answers] == ["False False\n", "True True\n"], answers
+
+
+def test_each_listed_group_is_the_command_its_help_line_describes():
+    for name, listed in COMMANDS.items():
+        command = listed.load()
+        assert command.name == name
+        assert listed.short_help == (command.short_help or command.help.strip().splitlines()[0])
