@@ -7,6 +7,7 @@ import subprocess
 
 import load
 import servers
+import start_up
 
 # workload: (least ratio to the ceiling, least ratio to the FastAPI peer)
 TARGETS = {
@@ -162,6 +163,8 @@ def render(results, names, seconds, rounds, command, first_commit):
         lines += _tracing(results["tracing"])
     if "memory" in results:
         lines += _memory(results["memory"])
+    if "start_up" in results:
+        lines += start_up.render(results["start_up"])
     return "\n".join(lines) + "\n"
 
 

@@ -69,6 +69,9 @@ Environment:
                         medians are reported
   BENCH_OWNERS_RECEIVER_MS  how long the owners drain's receiver takes to
                         answer (default 30)
+  BENCH_ONLY=start      only the start-up of `plantstore --help` and `plantstore
+                        worker --once`, against the 0.2 s bar (bench/start_up.py)
+  BENCH_START_RUNS      runs of each command for the start-up medians (default 21)
 """
 import http.server
 import os
@@ -90,6 +93,7 @@ import processes
 import report
 import seed
 import servers
+import start_up
 import statements
 import webhooks
 from contest import (
@@ -479,9 +483,9 @@ def plantstore_server(url, name, workdir):
 def main():
     only = os.environ.get("BENCH_ONLY") or None
     if only not in (None, "fuse", "webhook", "worker", "owners", "fair", "limiter", "tracing",
-                    "portal"):
+                    "portal", "start"):
         sys.exit(f"BENCH_ONLY={only!r}: use fuse, webhook, worker, owners, fair, limiter, "
-                 "tracing or portal")
+                 "tracing, portal or start")
     if only == "portal":
         return measure_portal()
     quick = os.environ.get("BENCH_QUICK") == "1"
@@ -534,6 +538,10 @@ def main():
         if only == "tracing":
             results = {"tracing": measure_tracing(runner, workdir, rounds, started)}
             return write(results, [])
+        if only == "start":
+            results = {"start_up": start_up.measure_start_up(
+                VENV_BIN, workdir, env_int("BENCH_START_RUNS", 21))}
+            return write(results, [])
         for backend_name in databases.chosen(compare_yardsticks):
             backends.append(databases.backend(backend_name, workdir))
         if only:
@@ -564,6 +572,8 @@ def main():
             results["tracing"] = measure_tracing(runner, workdir, rounds, started)
             results["memory"] = measure_memory(
                 runner, workdir, env_int("BENCH_MEMORY_REQUESTS", 100_000), started)
+            results["start_up"] = start_up.measure_start_up(
+                VENV_BIN, workdir, env_int("BENCH_START_RUNS", 21))
     finally:
         for server in started:
             server.stop()

@@ -60,9 +60,15 @@ except OSError as error:  # as plantstore.server.launch's check says it, exit st
     sys.exit(2)
 
 # Imported here, in the master, so post_fork stays instant: a SIGTERM that
-# reaches a worker before gunicorn installs its signal handlers is lost.
+# reaches a worker before gunicorn installs its signal handlers is lost. The
+# app's modules too (plantstore.app), so that the workers inherit them rather
+# than each import them after its fork (the app itself is built in each).
+import plantstore.app
 from plantstore.server import binds, start
 from plantstore.server import gunicorn as plantstore_gunicorn
+
+if os.environ.get("PLANTSTORE_RATE_LIMIT", "").strip():  # and a limit's counting, if set
+    import plantstore.web.rate_limiter  # noqa: F401
 
 # An unusable PLANTSTORE_* setting, an unusable value of one of the variables
 # read below, or an address gunicorn cannot listen on (that of --bind if

@@ -1,66 +1,38 @@
-"""plantstore: a plant store HTTP service with bearer tokens and webhooks."""
-from werkzeug.middleware.proxy_fix import ProxyFix
+"""plantstore: a plant store HTTP service with bearer tokens and webhooks.
 
-from . import encryption, settings
-from .cli import register_commands
-from .db import init_database
-from .observability.logs import init_logging
-from .observability.metrics import add_scrape_collector, init_metrics
-from .observability.tracing import init_app as init_tracing
-from .plants.routes import blp as plants_blp
-from .plants.schemas import NewPlantSchema
-from .portal import init_app as init_portal
-from .portal.api import blp as portal_links_blp
-from .web.api import Api, App
-from .web.body.framing import Request
-from .web.errors import register_error_handlers
-from .web.health import blp as health_blp
-from .web.openapi import complete_spec, register_converters, spec_config, spec_kwargs
-from .web.ratelimit import init_rate_limits
-from .web.request_ids import init_request_ids
-from .webhooks.config import init_app as init_webhooks
-from .webhooks.engine import backlog as webhook_backlog
-from .webhooks.engine import gauges as webhook_gauges
-from .webhooks.subscriptions.routes import blp as webhooks_blp
-
+Importing any ``plantstore`` module runs this file first, so it imports
+nothing at its top: each factory imports the parts it puts together when
+called, and a command (``plantstore.cli``) starts without the web's modules.
+"""
 __version__ = "1.0.0"
 
 
-def create_app(config=None):
-    """Build the WSGI app: settings → database → errors → API → docs → CLI."""
-    app = App(__name__)
-    # The body cap holds for chunked bodies too (413, not a truncated body).
-    app.request_class = Request
+def configure(app, config):
+    """What every app has: settings → keys → logging → tracing → database → webhooks."""
+    from . import encryption, settings
+    from .db import init_database
+    from .observability.logs import init_logging
+    from .observability.tracing import init_app as init_tracing
+    from .webhooks.config import init_app as init_webhooks
     settings.load(app, config)
     encryption.init_app(app)
-    app.config.update(spec_config())
     init_logging(app)
     # First of the request hooks, so that a request's span covers the others.
     init_tracing(app)
     init_database(app)
     init_webhooks(app)
-    init_request_ids(app)
-    init_metrics(app)
-    for collector in webhook_gauges.collectors():
-        add_scrape_collector(app, collector)
-    webhook_backlog.watch(app.config["WEBHOOK_BACKLOG_WARN_SECONDS"])
-    register_error_handlers(app)
 
-    api = Api(app, spec_kwargs=spec_kwargs(app))
-    register_converters(app, api)
-    api.register_blueprint(plants_blp)
-    api.register_blueprint(webhooks_blp)
-    api.register_blueprint(portal_links_blp)
-    complete_spec(app, api, NewPlantSchema)
 
-    app.register_blueprint(health_blp)
-    init_portal(app)
-
-    init_rate_limits(app)
-    register_commands(app)
-
-    proxies = app.config["TRUSTED_PROXIES"]
-    if proxies:
-        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=proxies, x_proto=proxies,
-                                x_host=proxies, x_port=proxies, x_prefix=proxies)
+def create_command_app(config=None):
+    """The app a ``plantstore`` command runs in: the parts of ``configure``,
+    none of the web's (API, routes, docs, rate limits, metrics endpoint)."""
+    import flask
+    app = flask.Flask(__name__)
+    configure(app, config)
     return app
+
+
+def create_app(config=None):
+    """The WSGI app (``app.py``): the parts of ``configure``, then the web's."""
+    from .app import build
+    return build(config)

@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urljoin
@@ -154,6 +155,26 @@ def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class ProcessOutput:
+    """A file that processes write their output to, read while they write.
+
+    The writers share one open file (``file``: pass it as ``stdout`` or
+    ``stderr``) opened for appending, so each write lands at the end, whatever
+    the others do. ``read`` opens the file afresh: seeking in the writers' own
+    file object would move the offset they share, and a write landing
+    meanwhile would overwrite earlier lines.
+    """
+
+    def __init__(self):
+        self._directory = tempfile.TemporaryDirectory(prefix="plantstore-output-")
+        self.path = Path(self._directory.name, "output")
+        self.file = open(self.path, "ab")
+
+    def read(self):
+        """Everything written so far, as text."""
+        return self.path.read_bytes().decode(errors="replace")
 
 
 def plantstore_env(database_url, **settings):

@@ -1,28 +1,23 @@
-"""Operators' commands for deliveries and the worker: ``plantstore
-deliveries`` (inspect, sum up, re-send, recover, purge) and ``plantstore worker``.
+"""Operators' commands for deliveries: ``plantstore deliveries`` (inspect,
+sum up, re-send, recover, purge); ``plantstore worker`` is ``worker.py``.
 
 Output meant for scripts goes to stdout; failures are explained on stderr
 with a non-zero exit. Every command runs inside the app's context.
 """
-import signal
 
 import click
 from flask import current_app
-from flask.cli import AppGroup, with_appcontext
+from flask.cli import AppGroup
 from marshmallow import ValidationError
-from peewee import DatabaseError, fn
+from peewee import fn
 
-from .. import db
 from ..db.models import Delivery
-from ..housekeeping.runner import Housekeeping
-from ..observability import tracing
 from ..observability.logs import one_line
 from ..web.fields import UtcTimestamp
 from ..webhooks.config import settings_of
 from ..webhooks.engine import backlog, retention
 from ..webhooks.engine.refusals import enable_command
-from ..webhooks.sending.worker import Worker
-from ..webhooks.subscriptions import delivery_log, operations, stored_secrets
+from ..webhooks.subscriptions import delivery_log, operations
 from .params import DELIVERY_ID, LIST_LIMIT, ROW_ID, days
 from .webhooks import find_delivery, find_subscription, send_now, when
 
@@ -154,51 +149,3 @@ def deliveries_purge(days):
     days = days or settings_of(current_app).retention_days
     deleted = retention.purge(days)
     click.echo(f"deleted {deleted} deliveries older than {days} days")
-
-
-@click.command("worker")
-@with_appcontext
-@click.option("--once", is_flag=True,
-              help="Deliver what is due now, then exit (for cron or tests).")
-def worker_cli(once):
-    """Deliver due webhook deliveries: forever, or just once.
-
-    Stops on SIGTERM or SIGINT within one attempt's deadline (connect + read
-    timeout): no new attempts start, those under way end and are recorded.
-    Several workers may run at once against the same database.
-    """
-    _refuse_a_database_without_its_migrations(once)
-    stored_secrets.check_at_start()  # refuses to start with secrets no key opens
-    worker = Worker(settings_of(current_app), Housekeeping())
-    tracing.start()  # when the OTEL_* variables turn it on
-    try:
-        if once:
-            tally = worker.run_once()
-            click.echo(", ".join(f"{kind} {count}" for kind, count in sorted(tally.items()))
-                       or "nothing due")
-            return
-        previous = {sig: signal.signal(sig, lambda *_: worker.stop())
-                    for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            worker.run_forever()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-    finally:
-        tracing.shutdown()  # the last spans, within tracing.FLUSH_SECONDS
-
-
-def _refuse_a_database_without_its_migrations(once):
-    """One line, exit 1, when the database lacks migrations this release
-    needs. A database that does not answer is for ``--once`` one line too;
-    a worker that runs on waits for it, as through any outage."""
-    try:
-        missing = db.missing_migrations()
-    except DatabaseError:
-        if once:
-            raise
-        return
-    if missing:
-        raise click.ClickException(
-            f"the database lacks {len(missing)} migration{'s' if len(missing) > 1 else ''} "
-            f"this release needs ({missing[0]} first): run `plantstore db upgrade`")

@@ -8,7 +8,7 @@ from .. import encryption
 from ..webhooks.subscriptions import stored_secrets
 
 
-@click.group("keys", cls=AppGroup)
+@click.group("keys", cls=AppGroup, short_help="Keys that encrypt webhook secrets at rest.")
 def keys_cli():
     """Keys that encrypt webhook secrets at rest (PLANTSTORE_ENCRYPTION_KEYS)."""
 

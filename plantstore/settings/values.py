@@ -7,8 +7,6 @@ import ipaddress
 import math
 import re
 
-import limits
-
 _INTEGER = re.compile(r"-?[0-9]+")
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?|-?\.[0-9]+([eE][+-]?[0-9]+)?")
 
@@ -115,6 +113,7 @@ def rate_limits(raw):
     if not isinstance(raw, str):
         raise ValueError(f"must be limits like 600/minute, not {raw!r}")
     if raw.strip():
+        import limits  # with its storages: only where a limit is set
         try:
             limits.parse_many(raw)
         except ValueError:

@@ -10,8 +10,8 @@
 - ``json_response``: an answer already shaped by the view (the measured
   fast paths that skip a schema's dump);
 - ``App``: Flask, whose automatic ``OPTIONS`` answer (an empty body) has
-  no content type, and whose every JSON answer is written one way
-  (``AnswerJSON``).
+  no content type, whose routing redirects are paths (``redirects.py``),
+  and whose every JSON answer is written one way (``AnswerJSON``).
 """
 import functools
 import json
@@ -20,6 +20,7 @@ from inspect import CO_COROUTINE
 
 import flask
 import flask_smorest
+import marshmallow as ma
 from flask.json.provider import DefaultJSONProvider
 from flask_smorest import abort
 from webargs import core
@@ -27,9 +28,10 @@ from webargs.flaskparser import FlaskParser, is_json_request
 
 from .auth import require_scope
 from .body import decoding as json_body
-from .errors import ErrorSchema, handle_http_exception
+from .errors import handle_http_exception
 from .idempotency import HEADER as IDEMPOTENCY_HEADER
 from .idempotency import IdempotencyKeyHeaderSchema, idempotent
+from .redirects import options_of_target, raise_redirect
 
 
 class ArgumentsParser(FlaskParser):
@@ -231,6 +233,32 @@ class App(flask.Flask):
         response = super().make_default_options_response()
         del response.headers["Content-Type"]
         return response
+
+    def dispatch_request(self):
+        """Flask's, but ``OPTIONS`` of a path routing would redirect is
+        answered as its target would answer it (``redirects.py``)."""
+        if flask.request.method == "OPTIONS":
+            answer = options_of_target(self, flask.request.routing_exception)
+            if answer is not None:
+                return answer
+        return super().dispatch_request()
+
+    def raise_routing_exception(self, request):
+        """Flask's, but a redirect routing asks for is a path on this host in
+        the contract's shape, never built from ``Host`` (``redirects.py``)."""
+        raise_redirect(request.routing_exception)
+        super().raise_routing_exception(request)
+
+
+class ErrorSchema(ma.Schema):
+    """An error answer (documentation of the shape ``errors.error_response`` writes)."""
+    error = ma.fields.Integer(required=True, metadata={
+        "description": "The HTTP status code", "format": "int32"})
+    message = ma.fields.String(required=True, metadata={
+        "description": "What went wrong, as a sentence"})
+    details = ma.fields.Dict(
+        keys=ma.fields.String(), values=ma.fields.List(ma.fields.String()),
+        metadata={"description": "Validation messages by field"})
 
 
 class Api(flask_smorest.Api):

@@ -7,7 +7,6 @@ page, a stack trace or SQL.
 """
 import logging
 
-import marshmallow as ma
 from flask import current_app, json, request
 from peewee import DatabaseError, DataError
 from werkzeug.exceptions import HTTPException, InternalServerError
@@ -18,17 +17,6 @@ log = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = 5
 """What a 503 asks a client to wait before it tries again."""
-
-
-class ErrorSchema(ma.Schema):
-    """An error answer (documentation of the shape ``error_response`` writes)."""
-    error = ma.fields.Integer(required=True, metadata={
-        "description": "The HTTP status code", "format": "int32"})
-    message = ma.fields.String(required=True, metadata={
-        "description": "What went wrong, as a sentence"})
-    details = ma.fields.Dict(
-        keys=ma.fields.String(), values=ma.fields.List(ma.fields.String()),
-        metadata={"description": "Validation messages by field"})
 
 
 def error_response(status, message, details=None, headers=None):

@@ -188,17 +188,18 @@ def test_plantstore_web_serves_and_a_sigterm_ends_it_with_status_0(tmp_path):
     assert not listened_on(port)
 
 
-@pytest.mark.parametrize("variable, value, accepts", [
-    ("LOG_LEVEL", "loud", "debug, info, warning, error or critical"),
-    ("PROMETHEUS_MULTIPROC_DIR", "/proc/no-such-directory",
+@pytest.mark.parametrize("command, variable, value, accepts", [
+    (("db", "check"), "LOG_LEVEL", "loud", "debug, info, warning, error or critical"),
+    # Only the commands whose counts /metrics serves write metric files.
+    (("worker", "--once"), "PROMETHEUS_MULTIPROC_DIR", "/proc/no-such-directory",
      "a directory this user can make and write"),
 ])
-def test_the_server_variables_every_command_reads_are_one_line_for_every_command(
-        tmp_path, variable, value, accepts):
-    """Log lines and metrics are set up before any command runs (as the
-    package is imported, for the metrics): an unusable one is refused there,
-    exit 2, not in logging's or prometheus_client's traceback."""
-    result = run_plantstore("db", "check", cwd=tmp_path, env={
+def test_the_server_variables_a_command_reads_are_one_line(
+        tmp_path, command, variable, value, accepts):
+    """Log lines and metrics are set up before the command runs (as the
+    metrics module is imported, for the metrics): an unusable one is refused
+    there, exit 2, not in logging's or prometheus_client's traceback."""
+    result = run_plantstore(*command, cwd=tmp_path, env={
         **os.environ, **plantstore_env(f"sqlite:///{tmp_path / 'x.db'}"), variable: value})
     assert result.returncode == 2, result.stderr
     assert only_line(result.stderr).startswith(f"Error: {variable} must be {accepts}")

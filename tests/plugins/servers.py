@@ -9,14 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
 import pytest
 import requests
 
-from helpers import REPO, bearer, free_port, wait_until
+from helpers import REPO, ProcessOutput, bearer, free_port, wait_until
 
 
 def wait_until_up(url, process, seconds=30):
@@ -42,12 +41,12 @@ class Gunicorn:
                     "PORT": str(self.port), "WEB_CONCURRENCY": str(workers),
                     **(env or {})}
         self.process = None
-        self.log = tempfile.TemporaryFile()
+        self.log = ProcessOutput()
 
     def start(self):
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "wsgi:app"],
-            cwd=REPO, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+            cwd=REPO, env=self.env, stdout=self.log.file, stderr=subprocess.STDOUT,
             start_new_session=True)
         wait_until_up(self.url + "/healthz", self.process)
         return self
@@ -63,8 +62,7 @@ class Gunicorn:
 
     def output(self):
         """Everything gunicorn and the app wrote so far."""
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
+        return self.log.read()
 
 
 class SplitGunicorn(Gunicorn):
@@ -74,18 +72,17 @@ class SplitGunicorn(Gunicorn):
     directory would shadow the standard library)."""
 
     def start(self):
-        self.stdout = tempfile.TemporaryFile()
+        self.stdout = ProcessOutput()
         self.process = subprocess.Popen(
             [str(Path(sys.executable).with_name("plantstore")), "web"],
-            cwd=REPO, env=self.env, stdout=self.stdout, stderr=self.log,
+            cwd=REPO, env=self.env, stdout=self.stdout.file, stderr=self.log.file,
             start_new_session=True)
         wait_until_up(self.url + "/healthz", self.process)
         return self
 
     def stdout_lines(self):
         """What gunicorn wrote on stdout, line by line."""
-        self.stdout.seek(0)
-        return self.stdout.read().decode().splitlines()
+        return self.stdout.read().splitlines()
 
     def stderr_lines(self):
         """What gunicorn wrote on stderr, line by line."""

@@ -17,14 +17,13 @@ import os
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 
 import pytest
 from standardwebhooks import Webhook
 
-from helpers import PLANTSTORE, REPO, wait_until
+from helpers import PLANTSTORE, REPO, ProcessOutput, wait_until
 from plantstore.db import clock, database
 from plantstore.db.models import Attempt, Delivery, Plant, User
 from plantstore.webhooks import store_new_plant
@@ -294,15 +293,14 @@ class WorkerProcess:
     with exactly ``env``; what it writes goes to a file."""
 
     def __init__(self, env):
-        self.log = tempfile.TemporaryFile()
+        self.log = ProcessOutput()
         self.process = subprocess.Popen([str(PLANTSTORE), "worker"], cwd=REPO,
-                                        env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                        env=env, stdout=self.log.file, stderr=subprocess.STDOUT,
                                         start_new_session=True)
 
     def output(self):
         """Everything it wrote so far."""
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
+        return self.log.read()
 
     def entries(self):
         """Its JSON log lines so far, as dicts."""

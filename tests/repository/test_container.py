@@ -37,6 +37,7 @@ import requests
 from standardwebhooks import Webhook
 
 from helpers import POSTGRES_URL, REPO, bearer, free_port, wait_until
+from plugins.local_run import code_blocks
 from plugins.webhooks import Answer
 
 CACHE = Path(os.environ.get("PLANTSTORE_CONTAINER_CACHE", "/var/tmp/plantstore-container"))
@@ -409,6 +410,19 @@ CMD ["nginx", "-g", "daemon off;"]
 """
 
 
+def documented_podman_compose_session(project, port):
+    """docs/operating.md's podman-compose session, its lines after `make image`,
+    with this test's project name and nginx's address in place of
+    `plantstore` and localhost:8080."""
+    [block] = [block for block in code_blocks("operating.md", "## Run it as a container", "sh")
+               if "podman-compose" in block]
+    lines = [line for line in block.splitlines() if line.strip()]
+    assert lines[0] == "make image", lines
+    return [line.replace("-p plantstore ", f"-p {project} ")
+            .replace("plantstore_web_1", f"{project}_web_1")
+            .replace("localhost:8080", f"127.0.0.1:{port}") for line in lines[1:]]
+
+
 @pytest.fixture(scope="module")
 def stand_ins(podman, tmp_path_factory):
     """The postgres and nginx stand-in images (podman's cache makes a rerun quick)."""
@@ -433,31 +447,30 @@ def stand_ins(podman, tmp_path_factory):
 def test_the_compose_stack_serves_the_readme_session_through_nginx(podman, image, stand_ins):
     """config/compose.yaml as it is, its images and published address set by
     its variables: PostgreSQL, the migrations, web, worker and nginx start;
-    the README's session goes through nginx's published port; everything
-    stops with exit code 0."""
+    docs/operating.md's podman-compose session runs as written (its project
+    and address this test's own); the README's session goes through nginx's
+    published port; everything stops with exit code 0."""
     project = f"plantstore_test_{os.getpid()}"
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     env = {**podman.env, "PLANTSTORE_IMAGE": image, "POSTGRES_IMAGE": POSTGRES_IMAGE,
-           "NGINX_IMAGE": NGINX_IMAGE, "POSTGRES_PASSWORD": os.urandom(16).hex(),
-           "PLANTSTORE_HTTP_ADDRESS": f"127.0.0.1:{port}"}
+           "NGINX_IMAGE": NGINX_IMAGE, "PLANTSTORE_HTTP_ADDRESS": f"127.0.0.1:{port}",
+           # For stop and down: the session exports its own for `up`.
+           "POSTGRES_PASSWORD": "set-by-the-session"}
     compose = ["podman-compose", "-f", str(REPO / "config" / "compose.yaml"), "-p", project]
+    *commands, down = documented_podman_compose_session(project, port)
 
     def container(service):
         return f"{project}_{service}_1"
     try:
-        run([*compose, "up", "-d"], env, timeout=300)
-        # podman-compose 1.0 ignores depends_on's conditions: the migration
-        # retries (restart: on-failure) until PostgreSQL answers.
-        wait_until(lambda: podman.state(container("migrate"))["Status"] == "exited"
-                   and podman.state(container("migrate"))["ExitCode"] == 0,
-                   timeout=120, interval=0.2,
-                   message=lambda: f"the migrations to end: {podman.logs(container('migrate'))}")
-        wait_ready(base_url, podman, container("nginx"))
+        # `make image` ran (the image fixture); the rest up to `down`, in one shell.
+        session = run(["bash", "-euc", "\n".join(commands)], env, timeout=600)
+        # The session's last line lists alice's plants: none, in the contract's JSON.
+        assert session.stdout.splitlines()[-1] == "[]", session.stdout[-3000:]
+        assert podman.state(container("migrate"))["ExitCode"] == 0
 
         def command(*args):
             return podman("exec", container("web"), "plantstore", *args).stdout.strip()
-        command("users", "create", "alice")
         token = command("tokens", "create", "alice")
         assert readme_session(base_url, token) == []
 
@@ -475,6 +488,7 @@ def test_the_compose_stack_serves_the_readme_session_through_nginx(podman, image
                  for service in ("nginx", "worker", "web", "migrate", "db")}
         assert codes == dict.fromkeys(codes, 0), {
             service: podman.logs(container(service)) for service, code in codes.items() if code}
+        run(["bash", "-euc", down], env, timeout=300)
     finally:
         run([*compose, "down", "--volumes"], env, timeout=300, check=False)
         podman("network", "rm", "--force", f"{project}_default", check=False)

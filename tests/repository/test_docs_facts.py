@@ -4,7 +4,7 @@ runner, the install commands as root on a Debian without sudo."""
 import re
 
 from helpers import REPO, setting
-from plantstore.cli import users_delete
+from plantstore.cli.accounts import users_delete
 
 
 def read(page):

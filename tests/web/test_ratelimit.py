@@ -206,7 +206,7 @@ class TestHungRedis:
 
         assert [timed_get()[0].status_code for _ in range(6)] == [200] * 5 + [429]
         failures_before = _storage_failures_in(client)
-        caplog.set_level(logging.INFO, logger="plantstore.web.ratelimit")
+        caplog.set_level(logging.INFO, logger="plantstore.web.rate_limiter")
 
         own_redis.hang()
         first, _ = timed_get()  # pays the timeout once, and is served
