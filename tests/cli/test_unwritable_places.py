@@ -63,11 +63,9 @@ def test_db_upgrade_needs_no_temporary_directory(tmp_path):
     assert "applied 0001_initial" in result.stdout
 
 
-@pytest.mark.parametrize("command", [["db", "check"], ["users", "list"],
-                                     ["worker", "--once"], ["web"]])
-@pytest.mark.parametrize("kind", ["read-only", "another user's"])
-def test_an_unwritable_metrics_directory_is_one_line_in_every_command(tmp_path, command,
-                                                                       kind):
+def _unwritable_metrics(tmp_path, kind, command):
+    """``plantstore COMMAND``'s argv and environment with an unwritable
+    ``PROMETHEUS_MULTIPROC_DIR`` of ``kind``, and that folder."""
     metrics = tmp_path / "metrics"
     argv = [PLANTSTORE, *command]
     if kind == "read-only":
@@ -78,10 +76,34 @@ def test_an_unwritable_metrics_directory_is_one_line_in_every_command(tmp_path, 
         argv = as_another_user(argv)
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(metrics),
            **plantstore_env(f"sqlite:///{tmp_path / 'plantstore.db'}")}
+    return argv, env, metrics
+
+
+@pytest.mark.parametrize("command", [["worker", "--once"], ["web"]])
+@pytest.mark.parametrize("kind", ["read-only", "another user's"])
+def test_an_unwritable_metrics_directory_is_one_line_in_the_commands_that_count(
+        tmp_path, command, kind):
+    """The worker and the web server write their counts there: one line, exit 2."""
+    argv, env, metrics = _unwritable_metrics(tmp_path, kind, command)
     result = run(argv, env, tmp_path)
     assert result.returncode == 2, result.stderr
     line = only_line(result)
     assert line.startswith("Error: PROMETHEUS_MULTIPROC_DIR must be a directory this user "
                            "can make and write ("), line
     assert line.endswith(f"not {str(metrics)!r}"), line
+    assert list(metrics.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["read-only", "another user's"])
+def test_an_unwritable_metrics_directory_does_not_concern_a_command_that_counts_nothing(
+        tmp_path, kind):
+    """Other commands keep their counts in memory (docs/operating.md): they
+    neither read the directory nor write into it."""
+    upgraded = run([PLANTSTORE, "db", "upgrade"],
+                   {**os.environ, **plantstore_env(f"sqlite:///{tmp_path / 'plantstore.db'}")},
+                   tmp_path)
+    assert upgraded.returncode == 0, upgraded.stderr
+    argv, env, metrics = _unwritable_metrics(tmp_path, kind, ["users", "list"])
+    result = run(argv, env, tmp_path)
+    assert result.returncode == 0, result.stderr
     assert list(metrics.iterdir()) == []

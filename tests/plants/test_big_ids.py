@@ -118,7 +118,8 @@ def test_ids_running_out_answer_503_never_500(app, client, runner, alice):
         database.execute_sql("ALTER SEQUENCE delivery_id_seq NO MAXVALUE")
 
 
-AFTER_0012 = ("0013_bigint_ids", "0014_job_rows", "0015_job_event_type", "0016_portal")
+AFTER_0012 = ("0013_bigint_ids", "0014_job_rows", "0015_job_event_type", "0016_portal",
+               "0017_delivery_log_index")
 LEFT = (f"left for after the rollout: {', '.join(AFTER_0012)} (run `plantstore db upgrade` "
         "once every node runs this release)")
 

@@ -36,10 +36,6 @@ SETTINGS = {"PORTAL_SECRET_KEY": "browser-" + "k" * 40,
             "WEBHOOK_RETRY_SCHEDULE": "3600", "WORKER_POLL_INTERVAL": 0.1,
             **PATIENT_SENDS}
 SERIOUS = ("serious", "critical")
-# What the axe-core axe-selenium-python bundles (3.1) reports that axe-core 4
-# accepts: autocomplete="off" on a password input (the bearer token a
-# receiver expects, which no browser should fill in).
-KNOWN = {("autocomplete-valid", '#bearer[autocomplete="off"]')}
 
 
 def _missing_browser():
@@ -190,7 +186,7 @@ class Browser:
         axe = Axe(self.driver)
         axe.inject()
         violations = [violation for violation in axe.run()["violations"]
-                      if violation["impact"] in SERIOUS and not self._known(violation)]
+                      if violation["impact"] in SERIOUS]
         assert not violations, f"{name}: {axe.report(violations)}"
         title, untouched = self.driver.execute_script(
             f"return [document.title, window.{PWNED} === undefined]")
@@ -200,16 +196,6 @@ class Browser:
         if screenshot and os.environ.get("PORTAL_SCREENSHOTS") == "1":
             SCREENSHOTS.mkdir(exist_ok=True)
             assert self.driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
-
-    def _known(self, violation):
-        """Whether every element ``violation`` names is a ``KNOWN`` case of it."""
-        known = [css for rule, css in KNOWN if rule == violation["id"]]
-        return bool(known) and all(
-            self.driver.execute_script(
-                "const found = document.querySelector(arguments[0]);"
-                "return !!found && arguments[1].some(css => found.matches(css));",
-                target, known)
-            for node in violation["nodes"] for target in node["target"])
 
     def path(self):
         """The path (and query) of the page shown."""
