@@ -26,7 +26,7 @@ from plantstore.web.auth import ALL_SCOPES, issue_token  # noqa: E402
 from plantstore.webhooks.config import web_sender_of  # noqa: E402
 
 pytest_plugins = ["plugins.servers", "plugins.webhooks",
-                  "plugins.stalls", "plugins.local_run"]
+                  "plugins.stalls", "plugins.local_run", "plugins.throwaway_postgres"]
 
 
 def _reset_postgres_schema(url):

@@ -8,8 +8,8 @@ in ``PLANTSTORE_RATE_LIMIT_STORAGE_URI``: ``memory://`` counts per process,
 
 Over the limit a request gets a 429 in the error shape with ``Retry-After``;
 every limited answer carries ``X-RateLimit-Limit``, ``-Remaining`` and
-``-Reset``. The probes, ``/metrics``, ``/openapi.json`` and the docs page are
-never limited.
+``-Reset``. The probes, ``/metrics``, ``/openapi.json``, the docs page and
+static files (the portal's stylesheet) are never limited.
 
 When the storage does not answer within ``PLANTSTORE_RATE_LIMIT_REDIS_TIMEOUT``
 (tens of milliseconds), the request is served unlimited (fail open) and, for
@@ -146,10 +146,11 @@ class RateLimiter:
             options = redis_options(app.config["RATE_LIMIT_REDIS_TIMEOUT"])
         self.storage = storage_from_string(uri, wrap_exceptions=True, **options)
         self.fail_open = FailOpen(app.config["RATE_LIMIT_FAIL_OPEN_SECONDS"])
-        # None: no route matched (404, 405), which is not limited either.
+        # None: no route matched (404, 405), which is not limited either; nor
+        # is a static file (the portal's stylesheet, loaded with every page).
         self.unlimited = frozenset([None, *(
             rule.endpoint for rule in app.url_map.iter_rules()
-            if rule.endpoint == "static"
+            if rule.endpoint.rpartition(".")[2] == "static"
             or rule.endpoint.partition(".")[0] in UNLIMITED_BLUEPRINTS)])
         self.window_ends = {}
         app.before_request(self.spend)
