@@ -118,3 +118,25 @@ def test_a_read_only_session_changes_nothing_on_any_post_route(app, client, alic
         assert "read-only" in response.text, path
     assert _snapshot() == before
     assert reader.get("/portal/endpoints").status_code == 200  # still signed in
+
+
+def test_a_second_session_cookie_planted_beside_the_users_is_trusted_by_neither(
+        app, client, alices, bob):
+    """Cookie tossing: a sibling subdomain sets its own session's cookie on a
+    longer path, which the browser sends first: the user would act in the
+    attacker's account."""
+    csrf, subscription_id, _ = alices
+    own = client.get_cookie("plantstore_portal", path="/portal").value
+    attacker = app.test_client()
+    enter(attacker, bob)
+    planted = attacker.get_cookie("plantstore_portal", path="/portal").value
+    browser = app.test_client(use_cookies=False)  # sends the Cookie header as given
+    both = {"Cookie": f"plantstore_portal={planted}; plantstore_portal={own}"}
+    page = browser.get("/portal/endpoints", headers=both)
+    assert page.status_code == 403 and "not signed in" in page.text
+    refused = browser.post(f"/portal/endpoints/{subscription_id}/disable",
+                          data={"csrf_token": csrf}, headers=both)
+    assert refused.status_code == 403
+    assert Subscription.get_by_id(subscription_id).is_active
+    assert browser.get("/portal/endpoints", headers={
+        "Cookie": f"plantstore_portal={own}"}).status_code == 200
