@@ -18,3 +18,11 @@ def test_other_ids_still_reach_the_subscription_routes(client, alice):
     assert client.patch("/webhooks/portal-linksx", json={},
                         headers=bearer(alice)).status_code == 400
     assert client.get("/webhooks/99", headers=bearer(alice)).status_code == 404
+
+
+@pytest.mark.parametrize("read_only", [1, 0, "true", "yes", None, [True]])
+def test_read_only_is_true_or_false_and_nothing_else(client, alice, read_only):
+    response = client.post("/webhooks/portal-links", json={"read_only": read_only},
+                           headers=bearer(alice))
+    assert response.status_code == 400, response.get_json()
+    assert list(response.get_json()["details"]) == ["read_only"]
