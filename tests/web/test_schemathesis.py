@@ -152,12 +152,9 @@ def test_served_document_passes_every_check_in_every_phase(
     tokens = {"alice": make_token("alice"), "bob": make_token("bob")}
     receiver = make_receiver()
     give_each_a_subscription(app, tokens, receiver.url)
-    # Receivers on loopback may be registered, as the tests' own do; the
-    # portal is on, so POST /webhooks/portal-links answers its 201.
+    # Receivers on loopback may be registered, as the tests' own do.
     server = gunicorn_server(workers=2, env={
-        "PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
-        "PLANTSTORE_PORTAL_URL": "https://plants.example.com",
-        "PLANTSTORE_PORTAL_SECRET_KEY": "k" * 40})
+        "PLANTSTORE_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8"})
     config = write_peer_config(tmp_path, tokens)
 
     result = run_schemathesis(
