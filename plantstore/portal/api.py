@@ -7,7 +7,7 @@ from marshmallow import validate
 from ..db.models import Token
 from ..web.api import Blueprint
 from ..web.auth import WEBHOOKS_WRITE, _presented_token, digest
-from ..web.fields import UtcDateTime
+from ..web.fields import StrictBoolean, UtcDateTime
 from . import links
 
 blp = Blueprint("portal-links", __name__, description="Links into the portal")
@@ -23,7 +23,7 @@ class NewPortalLinkSchema(ma.Schema):
                                  'e.g. {"read_only": true, "ttl_seconds": 900}.',
                       "type": 'The body must be a JSON object, e.g. {"read_only": true}.'}
 
-    read_only = ma.fields.Boolean(load_default=False, metadata={
+    read_only = StrictBoolean(load_default=False, metadata={
         "description": "A session that sees every page and changes nothing."})
     ttl_seconds = ma.fields.Integer(
         strict=True, load_default=links.DEFAULT_TTL_SECONDS,

@@ -10,14 +10,15 @@ from flask import Blueprint, current_app, g, render_template, request, session
 from flask_wtf.csrf import CSRFError
 
 from ..web.auth import WEBHOOKS_READ, WEBHOOKS_WRITE, Caller
+from ..web.errors import handle_http_exception
 from ..webhooks.subscriptions import operations
 from . import security, sessions
 
 bp = Blueprint("portal", __name__, url_prefix="/portal", template_folder="templates",
                static_folder="static", static_url_path="/static")
 
-OPEN_ENDPOINTS = ("portal.enter", "portal.static")
-"""What answers without a session."""
+OPEN_ENDPOINTS = ("portal.enter", "portal.static", "portal.anything_else")
+"""What answers without a session (an unknown address is a 404 page to anyone)."""
 READ_ONLY_ALLOWED = ("portal.logout",)
 """The one POST a read-only session may send."""
 
@@ -61,13 +62,44 @@ def gate():
     return None
 
 
+ERROR_PAGES = {
+    429: ("Too many requests", "Too many requests from your address: wait a minute, "
+                               "then try again."),
+    500: ("Something went wrong", "The page could not be made: the fault is ours and "
+                                  "has been logged. Try again in a moment."),
+    503: ("Unavailable for a moment", "The portal cannot reach its database just now: "
+                                      "nothing was changed. Wait a few seconds, then "
+                                      "try again."),
+}
+"""The pages that stand for the API's JSON errors the app's handlers answer
+(a spent rate limit, a bug, the database away) on a portal request."""
+
+
 @bp.after_request
 def headers(response):
-    if response.status_code == 429 and response.mimetype == "application/json":
-        rendered, _ = refusal_page("Too many requests from your address: wait a minute, "
-                                   "then try again.", 429, "Too many requests")
-        response.set_data(rendered)
+    if response.status_code >= 400 and response.mimetype == "application/json":
+        title, message = ERROR_PAGES.get(response.status_code, ("Refused", (
+            response.get_json(silent=True) or {}).get("message", "")))
+        rendered, _ = refusal_page(message, response.status_code, title)
+        response.set_data(rendered)  # its headers (Retry-After, Allow) stay
         response.mimetype = "text/html"
+    return security.add_headers(response, current_app.config["PORTAL_FRAME_ANCESTORS"])
+
+
+@bp.app_errorhandler(404)
+@bp.app_errorhandler(405)
+def unrouted(error):
+    """An address under ``/portal/`` no page's route takes (a wrong method, an
+    id out of range): a page, as the portal's own 404s are; elsewhere the
+    API's JSON."""
+    if not request.path.startswith(security.PORTAL_PATH):
+        return handle_http_exception(error)
+    if error.code == 405:
+        response = current_app.make_response(refusal_page(
+            f"A {request.method} request does nothing at this address.", 405, "Not allowed"))
+        response.headers["Allow"] = ", ".join(sorted(error.valid_methods or ()))
+    else:
+        response = current_app.make_response(not_found())
     return security.add_headers(response, current_app.config["PORTAL_FRAME_ANCESTORS"])
 
 

@@ -104,5 +104,9 @@ def clear_cookie(response):
 
 
 def presented_key():
-    """The key of the request's cookie, or None."""
-    return request.cookies.get(COOKIE_NAME)
+    """The key of the request's cookie, or None; None too when the browser
+    sent several: one was set by someone else (a sibling subdomain may set a
+    cookie of this name with a longer path, which browsers send first), and
+    which is the user's own cannot be told."""
+    keys = request.cookies.getlist(COOKIE_NAME)
+    return keys[0] if len(keys) == 1 else None

@@ -15,6 +15,8 @@ STATUSES = (Delivery.PENDING, Delivery.DELIVERED, Delivery.FAILED)
 DELIVERY_ID = "<int(min=1, max=9223372036854775807):delivery_id>"
 TIME_FORMATS = ("%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d")
 NUMBER = re.compile(r"[0-9]{1,18}")
+FILTER_PARAMETERS = ("endpoint_id", "status", "from", "to")
+"""The log's filters, as the query string names them (``before`` pages)."""
 
 
 def _time(text, name, problems):
@@ -68,7 +70,10 @@ def deliveries():
     rows, more = delivery_log.page(caller(), filters, PAGE_SIZE)
     next_args = None
     if more:
-        next_args = {key: value for key, value in request.args.items() if key != "before"}
+        # The filters by name: any other parameter (``_external``, ``_scheme``
+        # are url_for's own) would build the link elsewhere.
+        next_args = {key: request.args[key] for key in FILTER_PARAMETERS
+                     if request.args.get(key)}
         next_args["before"] = rows[-1].id
     return page("deliveries", endpoints=endpoints, deliveries=rows, next_args=next_args,
                 problems={}, args=request.args)

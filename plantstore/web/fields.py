@@ -107,6 +107,19 @@ def naive_utc(moment):
     return moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
 
 
+class StrictBoolean(ma.fields.Boolean):
+    """JSON's ``true`` or ``false`` only: not ``1``, ``"true"`` or ``"yes"``,
+    which marshmallow's ``Boolean`` takes, and which a schema saying
+    ``boolean`` refuses."""
+
+    default_error_messages = {"invalid": "Must be true or false."}
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, bool):
+            raise self.make_error("invalid")
+        return value
+
+
 class UtcTimestamp(ma.fields.AwareDateTime):
     """A time a client sends: RFC 3339 with its offset (``Z`` or ``+02:00``),
     loaded as naive UTC, the way times are stored.

@@ -31,8 +31,11 @@ class PlantIdConverter(BaseConverter):
 class RowIdConverter(BaseConverter):
     """A stored row's id (a webhook subscription's): any single path segment,
     which the view turns into an integer from 1 to 2**31-1 or a 400,
-    after authenticating, as for plant ids."""
-    regex = "[^/]+"
+    after authenticating, as for plant ids.
+
+    But ``portal-links``, the name of ``/webhooks/portal-links``: another
+    method on that path is a 405, not ``PATCH /webhooks/{id}``'s 400."""
+    regex = "(?!portal-links$)[^/]+"
 
 
 class DeliveryIdConverter(BaseConverter):

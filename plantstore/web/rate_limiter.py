@@ -106,10 +106,11 @@ class RateLimiter:
             options = redis_options(app.config["RATE_LIMIT_REDIS_TIMEOUT"])
         self.storage = storage_from_string(uri, wrap_exceptions=True, **options)
         self.fail_open = FailOpen(app.config["RATE_LIMIT_FAIL_OPEN_SECONDS"])
-        # None: no route matched (404, 405), which is not limited either.
+        # None: no route matched (404, 405), which is not limited either; nor
+        # is a static file (the portal's stylesheet, loaded with every page).
         self.unlimited = frozenset([None, *(
             rule.endpoint for rule in app.url_map.iter_rules()
-            if rule.endpoint == "static"
+            if rule.endpoint.rpartition(".")[2] == "static"
             or rule.endpoint.partition(".")[0] in UNLIMITED_BLUEPRINTS)])
         self.window_ends = {}
         app.before_request(self.spend)

@@ -8,8 +8,8 @@ in ``PLANTSTORE_RATE_LIMIT_STORAGE_URI``: ``memory://`` counts per process,
 
 Over the limit a request gets a 429 in the error shape with ``Retry-After``;
 every limited answer carries ``X-RateLimit-Limit``, ``-Remaining`` and
-``-Reset``. The probes, ``/metrics``, ``/openapi.json`` and the docs page are
-never limited.
+``-Reset``. The probes, ``/metrics``, ``/openapi.json``, the docs page and
+static files (the portal's stylesheet) are never limited.
 
 When the storage does not answer within ``PLANTSTORE_RATE_LIMIT_REDIS_TIMEOUT``
 (tens of milliseconds), the request is served unlimited (fail open) and, for
