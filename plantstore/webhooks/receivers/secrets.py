@@ -2,7 +2,7 @@
 rotated out (``retired_secrets``: JSON of secret and overlap end, newest
 first) read and written, and those that sign its messages revealed. The
 subscriptions' rotation writes them (``subscriptions/secrets.py``), the
-sender reads them (``sending/sender.py``)."""
+sender reads them (``sending/http_post.py``)."""
 import base64
 import datetime
 import json

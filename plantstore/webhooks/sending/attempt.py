@@ -27,7 +27,7 @@ import time
 from ...db import DATABASE_FAILURES, database
 from ...observability import metrics
 from ..engine import queue
-from . import own_trouble, sender
+from . import http_post, own_trouble
 from .deadline import NotWritten
 
 FINISH_MARGIN_SECONDS = 10
@@ -129,7 +129,7 @@ def attempt_and_put(job, settings, writer, context=None, token_taken=False):
         writer.give_back(job)
         return False
     try:
-        result = sender.attempt(now, settings, context,
+        result = http_post.attempt(now, settings, context,
                                 check_once_connected(now, token_taken, read_at))
     except ChangedWhileConnecting:
         metrics.count_not_sent("configuration changed")

@@ -7,7 +7,7 @@ subscription the pool is per origin (urllib3's, keyed by scheme, host and
 port; an API subscription's by the address it was checked and pinned to).
 A connection is reused only after a clean exchange: urllib3 drops one that
 has bytes waiting before it is reused, an answer not read to its end
-closes its connection (``sender``), and an error closes it.
+closes its connection (``http_post``), and an error closes it.
 
 Each process keeps the adapters of its ``MOST_SUBSCRIPTIONS`` most recently
 used subscriptions; the least recently used one beyond is closed. How many

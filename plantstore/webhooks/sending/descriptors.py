@@ -16,7 +16,7 @@ file. So, at a process's first attempt (``start``):
   an attempt, and by a sweep every quarter of that time.
 
 Running out anyway (``EMFILE``, ``ENFILE``) is the process's own trouble
-(``sender``): the delivery is given back unsent, never charged to its
+(``http_post``): the delivery is given back unsent, never charged to its
 receiver.
 """
 import os

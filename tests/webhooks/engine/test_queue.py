@@ -26,7 +26,7 @@ from plantstore.housekeeping.runner import Housekeeping
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue
 from plantstore.webhooks.receivers.secrets import new_secret
-from plantstore.webhooks.sending.sender import SendResult
+from plantstore.webhooks.sending.http_post import SendResult
 from plantstore.webhooks.sending.slots import Slots
 from plantstore.webhooks.sending.web_sender import WebSender
 from plantstore.webhooks.sending.worker import Worker

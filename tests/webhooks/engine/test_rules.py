@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from plantstore.webhooks.engine import rules
 from plantstore.webhooks.engine.rules import CLEAR, KEEP, LATER, NOW, BreakerMove, BreakerState
-from plantstore.webhooks.sending.sender import SendResult
+from plantstore.webhooks.sending.http_post import SendResult
 
 SETTINGS = types.SimpleNamespace(retry_schedule=(10.0, 60.0, 300.0), longest_delay=300.0,
                                  disable_after_hours=2.0)

@@ -15,7 +15,7 @@ import pytest
 from helpers import PLANTSTORE, REPO, plantstore_env, wait_until
 from plantstore.db.models import Attempt, Delivery, Subscription
 from plantstore.webhooks.config import settings_of
-from plantstore.webhooks.sending import sender
+from plantstore.webhooks.sending import http_post
 from plugins.webhooks import PATIENT_SENDS, Answer, store_plants, subscribe
 
 SETTINGS = {**PATIENT_SENDS, "WEBHOOK_RETRY_SCHEDULE": "0,0",
@@ -94,7 +94,7 @@ def test_an_idle_connection_is_closed_after_its_idle_time(app, alice, runner, ma
     receiver = make_receiver(Answer(200))
     subscribe_many(runner, receiver.url, 1)
     [job] = store_plants(app, [1])
-    assert sender.attempt(job, settings_of(app)).ok
+    assert http_post.attempt(job, settings_of(app)).ok
     assert len(receiver.connections) == 1  # kept alive
     wait_until(lambda: not receiver.connections, 10, interval=0.05,
                message="the idle connection to be closed")

@@ -17,7 +17,7 @@ from plantstore.webhooks.config import settings_of, web_sender_of
 from plantstore.webhooks.engine import queue
 from plantstore.webhooks.engine.backlog import oldest_due_age, sendable
 from plantstore.webhooks.engine.receiver_text import EXCERPT_CHARS
-from plantstore.webhooks.sending import sender
+from plantstore.webhooks.sending import http_post
 from plantstore.webhooks.sending.worker import Worker
 from plugins.webhooks import PATIENT_SENDS, Answer, subscribe
 
@@ -131,7 +131,7 @@ def test_an_attempt_in_flight_never_brings_back_a_delivery_disabled_or_recovered
     release.clear()
     job = queue.take_for_resend(after.id, settings_of(app))
     sending = threading.Thread(
-        target=lambda: writer.put(job, sender.attempt(job, settings_of(app))))
+        target=lambda: writer.put(job, http_post.attempt(job, settings_of(app))))
     sending.start()
     assert in_flight.wait(30)
     queue.disable(subscription_id, queue.FAILING, "switched off again")

@@ -13,7 +13,7 @@ import pytest
 
 from plantstore.db.models import Attempt, Delivery
 from plantstore.webhooks.config import settings_of
-from plantstore.webhooks.sending import sender
+from plantstore.webhooks.sending import http_post
 from plantstore.webhooks.sending.interim import MOST_INTERIM_ANSWERS
 from plantstore.webhooks.sending.worker import Worker
 from plugins.webhooks import PATIENT_SENDS, store_plants, subscribe
@@ -88,7 +88,7 @@ def one_attempt(app, runner, url):
     subscribe(runner, url)
     [job] = store_plants(app, [1])
     started, cpu = time.monotonic(), time.thread_time()
-    result = sender.attempt(job, settings_of(app))
+    result = http_post.attempt(job, settings_of(app))
     return result, time.monotonic() - started, time.thread_time() - cpu
 
 

@@ -332,7 +332,7 @@ def test_the_worker_loop_never_waits_for_a_whole_batch(app, client, runner, alic
 
 def test_no_answer_and_5xx_count_as_failures_and_a_2xx_ends_the_streak():
     from plantstore.webhooks.engine import rules as breaker
-    from plantstore.webhooks.sending.sender import SendResult
+    from plantstore.webhooks.sending.http_post import SendResult
     now = None
     results = [SendResult(now, 1, error="connection failed"), SendResult(now, 1, 503),
                SendResult(now, 1, 404), SendResult(now, 1, 302)]

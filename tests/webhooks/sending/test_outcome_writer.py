@@ -8,8 +8,8 @@ from plantstore.housekeeping.runner import Housekeeping
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.engine import queue
 from plantstore.webhooks.sending import outcome_writer
+from plantstore.webhooks.sending.http_post import SendResult
 from plantstore.webhooks.sending.outcome_writer import OutcomeWriter
-from plantstore.webhooks.sending.sender import SendResult
 from plantstore.webhooks.sending.worker import Worker
 from plugins.webhooks import store_plants, subscribe
 

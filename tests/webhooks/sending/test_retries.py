@@ -12,7 +12,7 @@ from helpers import create_plant, setting
 from plantstore import create_app
 from plantstore.db.models import Attempt, Delivery, Subscription
 from plantstore.settings import SettingError
-from plantstore.webhooks.sending.sender import parse_retry_after
+from plantstore.webhooks.sending.http_post import parse_retry_after
 from plugins.webhooks import (
     PATIENT_SENDS,
     RETRY_AT_ONCE,
