@@ -18,11 +18,13 @@ import requests
 from helpers import REPO, ProcessOutput, bearer, free_port, wait_until
 
 
-def wait_until_up(url, process, seconds=30):
-    """Poll ``url`` until it answers; fail if ``process`` exits first."""
+def wait_until_up(url, process, seconds=30, output=lambda: ""):
+    """Poll ``url`` until it answers; fail if ``process`` exits first, saying
+    the last of what it wrote (``output``)."""
     def answers():
         if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}")
+            raise RuntimeError(f"server exited with {process.returncode}: "
+                               f"{output()[-4000:]}")
         try:
             requests.get(url, timeout=1)
             return True
@@ -48,7 +50,7 @@ class Gunicorn:
             [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "wsgi:app"],
             cwd=REPO, env=self.env, stdout=self.log.file, stderr=subprocess.STDOUT,
             start_new_session=True)
-        wait_until_up(self.url + "/healthz", self.process)
+        wait_until_up(self.url + "/healthz", self.process, output=self.output)
         return self
 
     def stop(self):
@@ -77,7 +79,7 @@ class SplitGunicorn(Gunicorn):
             [str(Path(sys.executable).with_name("plantstore")), "web"],
             cwd=REPO, env=self.env, stdout=self.stdout.file, stderr=self.log.file,
             start_new_session=True)
-        wait_until_up(self.url + "/healthz", self.process)
+        wait_until_up(self.url + "/healthz", self.process, output=self.output)
         return self
 
     def stdout_lines(self):
