@@ -24,6 +24,10 @@ from ..db import clock, database
 from ..db.models import PortalSession, Token, User
 from ..web.auth import digest
 
+LAST_SEEN_GRAIN_SECONDS = 60
+"""A session's last use is written when it is older than this: a page read
+within the minute writes nothing (the idle timeout is kept to the minute)."""
+
 COOKIE_NAME = "plantstore_portal"
 COOKIE_PATH = "/portal"
 KEY_PREFIX = "pps_"
@@ -51,14 +55,17 @@ def start(link):
 
 
 def current(key):
-    """The valid session whose cookie holds ``key`` (its last use now), or None."""
+    """The valid session whose cookie holds ``key`` (its last use now, to
+    ``LAST_SEEN_GRAIN_SECONDS``), or None."""
     if not key or not key.startswith(KEY_PREFIX):
         return None
     config = current_app.config
     token_valid = Token.id.is_null() | (Token.revoked_at.is_null() & (
         Token.expires_at.is_null() | (Token.expires_at > clock.now())))
     row = (PortalSession
-           .select(PortalSession, User.id, User.name, User.is_admin)
+           .select(PortalSession, User.id, User.name, User.is_admin,
+                   (PortalSession.last_seen_at <= clock.before(LAST_SEEN_GRAIN_SECONDS))
+                   .alias("last_seen_stale"))
            .join(User).switch(PortalSession)
            .join(Token, on=(Token.id == PortalSession.token), join_type=JOIN.LEFT_OUTER)
            .where(PortalSession.digest == digest(key), PortalSession.ended_at.is_null(),
@@ -69,8 +76,9 @@ def current(key):
            .first())
     if row is None:
         return None
-    (PortalSession.update(last_seen_at=clock.now())
-     .where(PortalSession.id == row.id).execute())
+    if row.last_seen_stale:
+        (PortalSession.update(last_seen_at=clock.now())
+         .where(PortalSession.id == row.id).execute())
     return Session(row.id, row.user.id, row.user.name, row.user.is_admin, row.read_only,
                    row.csrf_token)
 

@@ -74,6 +74,19 @@ def test_an_idle_or_too_old_session_ends(client, alice, column, seconds):
     assert client.get("/portal/endpoints").status_code == 403
 
 
+def test_a_page_writes_the_last_use_only_when_a_minute_old(client, alice):
+    """Reading pages within the minute writes nothing; the first read after
+    it moves the last use to now (by the database's clock)."""
+    enter(client, alice)
+    first = PortalSession.select(PortalSession.last_seen_at).scalar()
+    assert client.get("/portal/endpoints").status_code == 200
+    assert PortalSession.select(PortalSession.last_seen_at).scalar() == first
+    PortalSession.update(last_seen_at=clock.before(5 * 60)).execute()
+    aged = PortalSession.select(PortalSession.last_seen_at).scalar()
+    assert client.get("/portal/endpoints").status_code == 200
+    assert PortalSession.select(PortalSession.last_seen_at).scalar() > aged
+
+
 def test_a_session_in_use_stays(client, alice):
     enter(client, alice)
     PortalSession.update(last_seen_at=clock.before(29 * 60)).execute()
