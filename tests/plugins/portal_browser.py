@@ -10,19 +10,16 @@ untouched), no Content-Security-Policy violation in the console; and, with
 docs/portal/<name>.png (docs/portal.md shows them).
 """
 import os
-import shutil
-import tempfile
 from urllib.parse import urlsplit
 
 import pytest
 import requests
 
 from helpers import REPO, bearer, plantstore_env
+from plugins.chromium import headless_chromium, require_browser
 from plugins.servers import Gunicorn
 from plugins.webhooks import PATIENT_SENDS
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 WAIT_SECONDS = 60  # a page answers in milliseconds; a loaded machine's worst, many times over
 # The portal's public name, and another site's, for cross-site requests:
 # Chromium resolves both to loopback (and no other name).
@@ -38,47 +35,13 @@ SETTINGS = {"PORTAL_SECRET_KEY": "browser-" + "k" * 40,
 SERIOUS = ("serious", "critical")
 
 
-def _missing_browser():
-    """Why the browser tests cannot run here, or None when they can."""
-    try:
-        import axe_selenium_python  # noqa: F401
-        import selenium  # noqa: F401
-    except ImportError as missing:
-        return f"{missing.name} is not installed (pip install -e '.[test]')"
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not os.access(path, os.X_OK):
-            return f"{path} is missing (apt-get install -y chromium chromium-driver)"
-    return None
-
-
 @pytest.fixture
 def driver():
     """A headless Chromium with a fresh profile; its console is logged."""
-    missing = _missing_browser()
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the browser tests must run under CI: {missing}")
-        pytest.skip(missing)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="plantstore-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                 f"--user-data-dir={profile}", "--window-size=1200,900",
-                 f"--host-resolver-rules=MAP {PORTAL_HOST} 127.0.0.1, "
-                 f"MAP {ATTACKER_HOST} 127.0.0.1, MAP * ~NOTFOUND"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    chromium = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    chromium.set_page_load_timeout(WAIT_SECONDS)
-    chromium.set_script_timeout(WAIT_SECONDS)
-    yield chromium
-    chromium.quit()
-    shutil.rmtree(profile, ignore_errors=True)
+    require_browser("axe_selenium_python")
+    with headless_chromium([PORTAL_HOST, ATTACKER_HOST], WAIT_SECONDS,
+                           logs=("browser", "performance")) as chromium:
+        yield chromium
 
 
 class Portal:

@@ -3,9 +3,6 @@ the operations, schemas and the New Plant webhook render, "Authorize" +
 "Try it out" create and list a plant, and the page asks no host but the
 service for anything. Saves artifacts/docs.png."""
 import json
-import os
-import shutil
-import tempfile
 from urllib.parse import urlsplit
 
 import pytest
@@ -13,11 +10,10 @@ import pytest
 from helpers import REPO
 from plantstore import db
 from plantstore.db.models import Plant
+from plugins.chromium import headless_chromium, require_browser
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 SCREENSHOT = REPO / "artifacts" / "docs.png"
 WAIT_SECONDS = 30
 # The page is opened under a name that is neither "localhost" nor a loopback
@@ -26,45 +22,13 @@ WAIT_SECONDS = 30
 SERVICE_HOST = "docs.plantstore.test"
 
 
-def _missing_browser():
-    """Why the browser test cannot run here, or None when it can."""
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "selenium is not installed (pip install -e '.[test]')"
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not os.access(path, os.X_OK):
-            return f"{path} is missing (apt-get install -y chromium chromium-driver)"
-    return None
-
-
 @pytest.fixture
 def browser():
-    """A headless Chromium with a fresh profile that downloads nothing."""
-    missing = _missing_browser()
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the browser test must run under CI: {missing}")
-        pytest.skip(missing)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="plantstore-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                 f"--user-data-dir={profile}", "--window-size=1280,2600",
-                 f"--host-resolver-rules=MAP {SERVICE_HOST} 127.0.0.1, MAP * ~NOTFOUND"):
-        options.add_argument(flag)
-    # Chrome's performance log: the DevTools Network events of every request.
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(WAIT_SECONDS)
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
+    """A headless Chromium with a fresh profile that downloads nothing; the
+    DevTools Network events of every request kept (the performance log)."""
+    require_browser()
+    with headless_chromium([SERVICE_HOST], WAIT_SECONDS, window="1280,2600") as driver:
+        yield driver
 
 
 def requested_urls(driver):
