@@ -12,6 +12,7 @@ import time
 import pytest
 
 from plantstore.db.models import Attempt, Delivery
+from plantstore.housekeeping.runner import Housekeeping
 from plantstore.webhooks.config import settings_of
 from plantstore.webhooks.sending import http_post
 from plantstore.webhooks.sending.interim import MOST_INTERIM_ANSWERS
@@ -139,7 +140,7 @@ def test_a_receiver_streaming_continues_holds_a_sender_for_milliseconds_and_is_n
     # through a worker: the attempt is recorded as failed, never as delivered
     store_plants(app, [2], give_back=True)
     started = time.monotonic()
-    Worker(settings_of(app)).run_once()
+    Worker(settings_of(app), Housekeeping()).run_once()
     assert time.monotonic() - started < FAST_BOUND
     [recorded] = Attempt.select()
     assert recorded.status_code is None and "more than 16 interim" in recorded.error
