@@ -160,6 +160,19 @@ if [ $NGINX = 1 ]; then
         || { echo "FAIL: spoofed forwarded headers reached the access log" >&2;
              grep spoof-check "$WORK/gunicorn-access.log" >&2; exit 1; }
     echo "ok    access log shows the address and scheme nginx saw"
+    # A portal link's key never reaches a log line, nginx's nor gunicorn's
+    # (the portal is off here: the path alone is what is logged).
+    LINK_KEY="plk_smokeKey$RANDOM$RANDOM"
+    curl -sS -o /dev/null --max-time 10 "$BASE/portal/enter/$LINK_KEY"
+    for _ in $(seq 50); do grep -q 'portal/enter' "$WORK/nginx/access.log" && break; sleep 0.1; done
+    grep -q '/portal/enter/\[key hidden\]' "$WORK/nginx/access.log" \
+        || { echo "FAIL: nginx did not log the portal link's path" >&2; exit 1; }
+    if grep -q "$LINK_KEY" "$WORK/nginx/access.log" "$WORK/gunicorn-access.log" "$WORK/gunicorn.log"; then
+        echo "FAIL: a portal link's key reached a log line" >&2
+        grep -h "$LINK_KEY" "$WORK/nginx/access.log" "$WORK/gunicorn-access.log" "$WORK/gunicorn.log" >&2
+        exit 1
+    fi
+    echo "ok    a portal link's key is in no log line, nginx's or gunicorn's"
     STATUS=$(head -c 1100000 /dev/zero | tr '\0' 'a' | curl -sS -o "$WORK/big.json" -w '%{http_code}' \
         -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" \
         --data-binary @- "$BASE/plants")
