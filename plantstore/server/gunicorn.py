@@ -176,10 +176,14 @@ def reset_after_fork(server, worker):
     init_process), a SIGTERM runs the master's handler, which only queues it
     in this process's copy of the master's queue: a stop sent while the
     worker boots would be ignored until the graceful timeout kills it. From
-    here on the worker's own handler takes it, and one already queued is
+    here on the worker's own handlers take it, and a Ctrl-C (SIGINT) or a
+    SIGQUIT (sent to the whole process group by a terminal) as the worker's
+    boot goes on ends it at once with status 0; one already queued is
     honoured: the worker exits as soon as it has booted.
     """
     signal.signal(signal.SIGTERM, worker.handle_exit)
+    signal.signal(signal.SIGINT, worker.handle_quit)
+    signal.signal(signal.SIGQUIT, worker.handle_quit)
     if database.obj is not None:
         database.dispose()
     if _stop_was_queued(server.SIG_QUEUE):

@@ -101,10 +101,10 @@ class Background:
             match = re.search(pattern, self.output())
             if not match and self.process.poll() is not None:
                 raise AssertionError(f"exited with {self.process.returncode} before "
-                                     f"{pattern!r}: {self.output()[-3000:]}")
+                                     f"{pattern!r}: {self.output()[-12000:]}")
             return match
         return wait_until(found, timeout, interval=0.05,
-                          message=lambda: f"{pattern!r} in {self.output()[-3000:]}")
+                          message=lambda: f"{pattern!r} in {self.output()[-12000:]}")
 
     def interrupt(self, timeout=STOP_SECONDS):
         """Ctrl-C: SIGINT to its process group; its exit status once it exited."""
