@@ -4,9 +4,8 @@ from flask import current_app, g
 from flask_smorest import abort
 from marshmallow import validate
 
-from ..db.models import Token
 from ..web.api import Blueprint
-from ..web.auth import WEBHOOKS_WRITE, _presented_token, digest
+from ..web.auth import WEBHOOKS_WRITE
 from ..web.fields import StrictBoolean, UtcDateTime
 from . import links
 
@@ -61,7 +60,6 @@ def create_portal_link(new):
     if not public_url:
         abort(404, message="The portal is off on this server: its operator has not set "
                            "PLANTSTORE_PORTAL_URL.")
-    token_id = Token.select(Token.id).where(Token.digest == digest(_presented_token())).scalar()
     url, expires_at = links.mint(public_url, g.caller.user_id, new["read_only"],
-                                 new["ttl_seconds"], token_id)
+                                 new["ttl_seconds"], g.caller.token_id)
     return {"url": url, "expires_at": expires_at}, 201

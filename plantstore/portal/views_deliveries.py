@@ -7,12 +7,13 @@ from flask import redirect, request, url_for
 
 from ..db.models import Delivery
 from ..webhooks.subscriptions import delivery_log, operations
+from ..webhooks.subscriptions.schemas import DELIVERY_ID_MAX
 from .blueprint import bp, caller, page
 from .views_endpoints import ID, _own
 
 PAGE_SIZE = 25
 STATUSES = (Delivery.PENDING, Delivery.DELIVERED, Delivery.FAILED)
-DELIVERY_ID = "<int(min=1, max=9223372036854775807):delivery_id>"
+DELIVERY_ID = f"<int(min=1, max={DELIVERY_ID_MAX}):delivery_id>"
 TIME_FORMATS = ("%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d")
 NUMBER = re.compile(r"[0-9]{1,18}")
 FILTER_PARAMETERS = ("endpoint_id", "status", "from", "to")

@@ -2,10 +2,11 @@
 from flask import redirect, request, url_for
 
 from ..webhooks.subscriptions import delivery_log, operations
+from ..webhooks.subscriptions.schemas import ROW_ID_MAX
 from .blueprint import bp, caller, page
 from .forms import endpoint_fields
 
-ID = "<int(min=1, max=2147483647):subscription_id>"
+ID = f"<int(min=1, max={ROW_ID_MAX}):subscription_id>"
 
 
 def _own(subscription_id):

@@ -6,6 +6,6 @@
 -- The caller of a token that is valid now: expiry judged by the database's
 -- clock, in the statement. A create on PostgreSQL checks its token the same
 -- way inside its own statement (migration 0009).
-SELECT t.scopes, u.id AS user_id, u.is_admin FROM token t JOIN "user" u ON u.id = t.user_id
+SELECT t.id AS token_id, t.scopes, u.id AS user_id, u.is_admin FROM token t JOIN "user" u ON u.id = t.user_id
 WHERE t.digest = :digest AND t.revoked_at IS NULL
   AND (t.expires_at IS NULL OR t.expires_at > {now})
