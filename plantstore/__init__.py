@@ -8,15 +8,15 @@ __version__ = "1.0.0"
 
 
 def configure(app, config):
-    """What every app has: settings → keys → logging → tracing → database → webhooks."""
-    from . import encryption, settings
+    """What every app has: settings → the process's parts → tracing →
+    connections per request → webhooks."""
+    from . import settings
     from .db import init_database
-    from .observability.logs import init_logging
     from .observability.tracing import init_app as init_tracing
+    from .process import configure_process
     from .webhooks.config import init_app as init_webhooks
     settings.load(app, config)
-    encryption.init_app(app)
-    init_logging(app)
+    configure_process(app.config)
     # First of the request hooks, so that a request's span covers the others.
     init_tracing(app)
     init_database(app)

@@ -8,7 +8,6 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from . import configure
 from .cli import register_commands
-from .observability.metrics import add_scrape_collector, init_metrics
 from .plants.routes import blp as plants_blp
 from .plants.schemas import NewPlantSchema
 from .portal import init_app as init_portal
@@ -17,6 +16,7 @@ from .web.api import Api, App
 from .web.body.framing import Request
 from .web.errors import register_error_handlers
 from .web.health import blp as health_blp
+from .web.metrics_endpoint import add_scrape_collector, init_metrics
 from .web.openapi import complete_spec, register_converters, spec_config, spec_kwargs
 from .web.ratelimit import init_rate_limits
 from .web.request_ids import init_request_ids

@@ -145,11 +145,6 @@ def use(keys):
     return _keyring
 
 
-def init_app(app):
-    """Take this process's keys from ``app``'s settings."""
-    use(app.config["ENCRYPTION_KEYS"])
-
-
 def seal(plain):
     """``plain`` as it is stored under this process's keys."""
     return _keyring.seal(plain)

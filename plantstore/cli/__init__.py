@@ -3,9 +3,9 @@
 Each command group lives in a module of its own, listed in ``COMMANDS`` with
 the line ``plantstore --help`` shows for it; a group's module is imported
 only when that group runs, and the app only when its command needs it
-(``create_command_app``: none of the web's parts). So ``plantstore --help``
-imports click and this module, and a command what it uses: a new group is
-one line in ``COMMANDS``.
+(``create_command_app``: none of the web's parts; the worker needs none, not
+even Flask). So ``plantstore --help`` imports click and this module, and a
+command what it uses: a new group is one line in ``COMMANDS``.
 
 Each command prints what a script needs on stdout and explains a failure in
 one line on stderr with a non-zero exit: 2 for a bad argument, 1 for
@@ -27,11 +27,13 @@ from ..settings import SettingError
 @dataclasses.dataclass(frozen=True)
 class Listed:
     """A command group of ``plantstore``: where it is (``module:attribute``),
-    its line in ``plantstore --help``, and whether its counts are served at
-    ``/metrics`` (see ``PlantstoreGroup.get_command``)."""
+    its line in ``plantstore --help``, whether its counts are served at
+    ``/metrics`` (see ``PlantstoreGroup.get_command``) and whether it runs in
+    a Flask app (``PlantstoreGroup.resolve_command``)."""
     where: str
     short_help: str
     counted: bool = False
+    in_app: bool = True
 
     def load(self):
         """The click command, its module imported now."""
@@ -49,13 +51,15 @@ COMMANDS = {
     "deliveries": Listed("plantstore.cli.deliveries:deliveries_cli",
                          "Inspect and re-send webhook deliveries."),
     "worker": Listed("plantstore.cli.worker:worker_cli",
-                     "Deliver due webhook deliveries: forever, or just once.", counted=True),
+                     "Deliver due webhook deliveries: forever, or just once.", counted=True,
+                     in_app=False),
     "keys": Listed("plantstore.cli.keys:keys_cli",
                    "Keys that encrypt webhook secrets at rest."),
     "portal": Listed("plantstore.cli.portal:portal_cli",
                      "Links into the webhook portal, and its sessions."),
     "web": Listed("plantstore.server.launch:web_cli",
-                  "Run the web server (gunicorn), its variables checked first.", counted=True),
+                  "Run the web server (gunicorn), its variables checked first.", counted=True,
+                  in_app=False),
 }
 """Every ``plantstore`` command group, by name (``plantstore --help`` sorts them)."""
 
@@ -103,15 +107,21 @@ class PlantstoreGroup(click.Group):
             formatter.write_dl(rows)
 
     def invoke(self, ctx):
-        """Run the command: its logging set up, and how it gets the app (not
-        for ``--help`` or ``--version``, which import neither)."""
-        from flask.cli import ScriptInfo
-
+        """Run the command, its logging set up (not for ``--help`` or
+        ``--version``, which import no part of the app)."""
         from ..observability.logs import configure_process_logging
         configure_process_logging()
-        ctx.obj = ScriptInfo(create_app=_create_command_app, set_debug_flag=False,
-                             load_dotenv_defaults=False)
         return super().invoke(ctx)
+
+    def resolve_command(self, ctx, args):
+        """The command ``args`` name, and, when it runs in an app, how it gets
+        it (Flask's ``ScriptInfo``: ``create_command_app``)."""
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None and COMMANDS[name].in_app:
+            from flask.cli import ScriptInfo
+            ctx.obj = ScriptInfo(create_app=_create_command_app, set_debug_flag=False,
+                                 load_dotenv_defaults=False)
+        return name, command, rest
 
 
 cli = click.version_option(package_name="plantstore", prog_name="plantstore")(

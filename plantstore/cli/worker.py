@@ -1,37 +1,59 @@
 """``plantstore worker``: deliver due webhook deliveries, forever or once.
 
-It imports what delivering uses and nothing of the web's or of the other
-commands', so it starts in what that takes (``make bench``, start-up).
+It imports what delivering uses and nothing of the web's, Flask's or the
+other commands', so it starts in what that takes (``make bench``, start-up).
 """
+import contextlib
 import signal
 
 import click
-from flask import current_app
-from flask.cli import with_appcontext
 from peewee import DatabaseError
 
-from .. import db
+from .. import db, settings
 from ..housekeeping.runner import Housekeeping
 from ..observability import tracing
-from ..webhooks.config import settings_of
+from ..process import configure_process
+from ..webhooks.config import from_config, settings_of
 from ..webhooks.sending.worker import Worker
 from ..webhooks.subscriptions import stored_secrets
 
 
 @click.command("worker")
-@with_appcontext
 @click.option("--once", is_flag=True,
               help="Deliver what is due now, then exit (for cron or tests).")
-def worker_cli(once):
+@click.pass_obj
+def worker_cli(script_info, once):
     """Deliver due webhook deliveries: forever, or just once.
 
     Stops on SIGTERM or SIGINT within one attempt's deadline (connect + read
     timeout): no new attempts start, those under way end and are recorded.
     Several workers may run at once against the same database.
     """
-    _refuse_a_database_without_its_migrations(once)
-    stored_secrets.check_at_start()  # refuses to start with secrets no key opens
-    worker = Worker(settings_of(current_app), Housekeeping())
+    with _webhook_settings(script_info) as webhook_settings:
+        _refuse_a_database_without_its_migrations(once)
+        stored_secrets.check_at_start()  # refuses to start with secrets no key opens
+        _deliver(Worker(webhook_settings, Housekeeping()), once)
+
+
+@contextlib.contextmanager
+def _webhook_settings(script_info):
+    """The settings the worker delivers with. ``plantstore worker`` runs
+    without a Flask app: the settings are read from the environment and
+    the process configured with them (``process.configure_process``).
+    Handed an app (``app.test_cli_runner()``: ``script_info``), it runs in
+    that app's context, with its settings."""
+    if script_info is None:
+        config = settings.read()
+        configure_process(config)
+        yield from_config(config)
+        return
+    app = script_info.load_app()
+    with app.app_context():
+        yield settings_of(app)
+
+
+def _deliver(worker, once):
+    """Run ``worker`` once or until SIGTERM/SIGINT, tracing when OTEL_* say so."""
     tracing.start()  # when the OTEL_* variables turn it on
     try:
         if once:

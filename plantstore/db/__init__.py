@@ -1,8 +1,8 @@
 """The database: URL → peewee database, per-request connections, migrations.
 
-Models bind to ``database``, a proxy that ``init_database`` points at the real
-database inside the app factory (never at import time), so one process can
-serve SQLite in one test and PostgreSQL in the next.
+Models bind to ``database``, a proxy that ``bind_database`` points at the
+real database when a process is configured (never at import time), so one
+process can serve SQLite in one test and PostgreSQL in the next.
 """
 import collections
 import logging
@@ -167,14 +167,14 @@ def for_update(query):
     return query if is_sqlite() else query.for_update()
 
 
+def bind_database(config):
+    """Point the proxy at the database ``config`` (the settings) names."""
+    database.initialize(configured_database(config))
+
+
 def init_database(app):
-    """Bind the proxy to the configured database and manage connections.
-
-    Connections open lazily on the first query of a request and go back to
-    the pool when the request ends, whatever happened in it.
-    """
-    database.initialize(configured_database(app.config))
-
+    """Give a request's connection back when the request ends, whatever
+    happened in it (connections open lazily, on a request's first query)."""
     @app.teardown_request
     def release_connection(exc):
         if not database.is_closed():

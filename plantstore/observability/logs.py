@@ -12,6 +12,7 @@ one (a token with a prefix an app was configured with, ``Bearer x`` whatever
 follows but the words prose puts there, an ``access_token`` query
 parameter) before a line is written.
 """
+import contextvars
 import datetime
 import json
 import logging
@@ -20,8 +21,6 @@ import os
 import re
 import sys
 import threading
-
-from flask import has_request_context, request
 
 from .. import settings
 from . import tracing
@@ -81,13 +80,10 @@ def _masked(match):
 
 redact = Redactor()
 
-# Where request_ids.py leaves the id of the request being served.
+# Where request_ids.py leaves the id of the request being served: in the
+# WSGI environ (for the access log) and, while the request is served, here.
 REQUEST_ID_ENVIRON_KEY = "plantstore.request_id"
-
-
-def init_logging(app):
-    """Mask tokens with ``app``'s configured prefix in every log line."""
-    redact.add_prefix(app.config["TOKEN_PREFIX"])
+serving_request_id = contextvars.ContextVar("plantstore.request_id", default=None)
 
 
 def _utc_timestamp(created):
@@ -114,8 +110,8 @@ def json_entry(created, level, logger, pid, message, fields):
             entry.update((key, redact(value)) for key, value in fields.items())
         else:
             entry.update(fields)
-    if not entry.get("request_id") and has_request_context():
-        request_id = request.environ.get(REQUEST_ID_ENVIRON_KEY)
+    if not entry.get("request_id"):
+        request_id = serving_request_id.get()
         if request_id:
             entry["request_id"] = request_id
     if "trace_id" not in entry:

@@ -2,12 +2,13 @@
 
 The client's ``X-Request-ID`` is kept when it is sane (1 to 128 characters
 of ``[A-Za-z0-9._-]``, nothing token-shaped); otherwise a fresh id is made.
-The id is left in the WSGI environ, where the log lines find it.
+The id is left in the WSGI environ (the access log's) and, while the request
+is served, in ``logs.serving_request_id`` (every log line's).
 """
 import re
 import secrets
 
-from ..observability.logs import REQUEST_ID_ENVIRON_KEY, redact
+from ..observability.logs import REQUEST_ID_ENVIRON_KEY, redact, serving_request_id
 
 REQUEST_ID_HEADER = "X-Request-ID"
 SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
@@ -38,7 +39,11 @@ class RequestIdMiddleware:
         def start_with_request_id(status, headers, exc_info=None):
             headers.append((REQUEST_ID_HEADER, request_id))
             return start_response(status, headers, exc_info)
-        return self.wsgi_app(environ, start_with_request_id)
+        serving = serving_request_id.set(request_id)
+        try:
+            return self.wsgi_app(environ, start_with_request_id)
+        finally:
+            serving_request_id.reset(serving)
 
 
 def init_request_ids(app):

@@ -15,7 +15,7 @@ The parts: ``engine/`` (a delivery's state), ``sending/`` (the attempts),
 ``subscriptions/`` (the API and who hears), ``receivers/`` (what the last two
 both need); the operators' commands are ``plantstore/cli/``.
 """
-from flask import json
+import json
 
 from ..db import database
 from .config import settings_of, web_sender_of

@@ -47,8 +47,9 @@ class WebhookSettings:
         return max(self.retry_schedule, default=0.0)
 
 
-def from_config(config, version):
-    """The webhook settings of a Flask config filled by ``plantstore.settings``."""
+def from_config(config):
+    """The webhook settings of ``config``, every setting's value (``plantstore.settings``)."""
+    from .. import __version__
     connect, read = config["WEBHOOK_CONNECT_TIMEOUT"], config["WEBHOOK_READ_TIMEOUT"]
     return WebhookSettings(
         connect_timeout=connect,
@@ -66,7 +67,7 @@ def from_config(config, version):
         sends_per_receiver=config["WEBHOOK_SENDS_PER_RECEIVER"],
         breaker_threshold=config["WEBHOOK_BREAKER_THRESHOLD"],
         breaker_cooldown=config["WEBHOOK_BREAKER_COOLDOWN"],
-        user_agent=f"plantstore/{version}",
+        user_agent=f"plantstore/{__version__}",
         allowed_networks=config["WEBHOOK_ALLOWED_NETWORKS"],
         disable_after_hours=config["WEBHOOK_DISABLE_AFTER_HOURS"],
         retention_days=config["WEBHOOK_RETENTION_DAYS"],
@@ -79,9 +80,8 @@ def from_config(config, version):
 def init_app(app):
     """Gather the webhook settings of ``app`` and make its web sender (whose
     threads start with the first attempt)."""
-    from .. import __version__
     from .sending.web_sender import WebSender
-    settings = app.extensions[EXTENSION_KEY] = from_config(app.config, __version__)
+    settings = app.extensions[EXTENSION_KEY] = from_config(app.config)
     app.extensions[SENDER_KEY] = WebSender(settings)
 
 

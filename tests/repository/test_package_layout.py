@@ -165,6 +165,7 @@ LAYERS = (
     ("plantstore.settings",),
     ("plantstore.observability",),
     ("plantstore.db",),
+    ("plantstore.process",),
     ("plantstore.webhooks.engine",),
     ("plantstore.web",),
     ("plantstore.webhooks.config", "plantstore.webhooks.receivers"),
