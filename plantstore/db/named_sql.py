@@ -77,7 +77,7 @@ def _condition(name, body):
 
 
 def load(path):
-    """The statements of the ``.sql`` file at ``path``, as written."""
+    """The statements of the ``.sql`` file at ``path`` (``parse``)."""
     with open(path, encoding="utf-8") as file:
         return parse(file.read())
 

@@ -121,9 +121,10 @@ class Plans:
     """The plans of the statements run inside PostgreSQL's functions, as
     ``auto_explain`` reports them (JSON, in notices on this connection)."""
 
-    def __init__(self):
+    def __init__(self, plan_cache_mode="auto"):
         self.connection = db.database.connection()
-        for setting in ("LOAD 'auto_explain'",
+        for setting in (f"SET plan_cache_mode = {plan_cache_mode}",
+                        "LOAD 'auto_explain'",
                         "SET auto_explain.log_min_duration = 0",
                         "SET auto_explain.log_nested_statements = on",
                         "SET auto_explain.log_format = json",
@@ -184,11 +185,14 @@ def shape(plans):
 
 
 @postgres_only
+@pytest.mark.parametrize("plan_cache_mode", ["force_custom_plan", "force_generic_plan"])
 def test_postgresqls_candidates_and_claim_read_through_the_index_after_inlining(
-        app, backlog):
+        app, backlog, plan_cache_mode):
+    """With the parameters' values (a function's first calls) and without
+    (the generic plan PL/pgSQL may keep for the session after five)."""
     first = backlog[:SUBSCRIPTIONS // 2]
     with app.app_context(), db.database.connection_context():
-        plans = Plans()
+        plans = Plans(plan_cache_mode)
         rows, candidates = plans.of("SELECT * FROM plantstore_due_candidates_v3(5, NULL)")
         assert len(rows) == SUBSCRIPTIONS * 5
         assert_reads_due_rows_through_the_index(candidates)
