@@ -3,7 +3,14 @@ theirs: the one way plantstore runs SQL text (CRUD is peewee).
 
 A file holds blocks, each opened by a line ``-- name: <name>``; the block's
 text, up to the next such line, is the statement (comments kept, surrounding
-blank lines trimmed). A parameter is written ``:name`` and passed in a dict;
+blank lines trimmed). A block opened by ``-- part: <name>`` is no statement
+but a condition several of the file's statements share, written once (the
+delivery stores' due rule): a statement includes it as ``{<name>}``, which
+becomes the part's text (its leading comment lines left out) in
+parentheses when the file is read, so each statement is whole as
+``Queries`` hands it out. A part includes no other part; one that no
+statement includes, or a ``{<name>}`` that no part defines, is an error.
+A parameter is written ``:name`` and passed in a dict;
 ``{now}`` stands for the database's current time as timestamps are stored
 (naive UTC, see ``clock``). A statement is compiled once per backend, for its
 driver: ``:name`` becomes ``%(name)s`` on PostgreSQL (psycopg2), and stays as
@@ -14,25 +21,63 @@ import re
 
 from . import DATABASE_NOW, database, is_sqlite
 
-NAME_LINE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+NAME_LINE = re.compile(r"^--\s*(name|part):\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+"""The line that opens a block: a statement's (``name``) or a part's."""
+
+INCLUDE = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+"""Where a statement includes a part: ``{name}`` (``{now}`` is the clock's)."""
 
 PARAMETER = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 """``:name``, but not a PostgreSQL cast's ``::type``."""
 
 
 def parse(text):
-    """The statements of a file's ``text``: {name: SQL}. A name given twice is an error."""
-    parts = NAME_LINE.split(text)
-    statements = {}
-    for name, body in zip(parts[1::2], parts[2::2]):
-        if name in statements:
+    """The statements of a file's ``text``, the parts they include filled in:
+    {name: SQL}. A name given twice is an error, as is a part included by
+    none, including another, or included but not defined."""
+    blocks = NAME_LINE.split(text)
+    statements, parts = {}, {}
+    for kind, name, body in zip(blocks[1::3], blocks[2::3], blocks[3::3]):
+        if name in statements or name in parts:
             raise ValueError(f"query {name!r} is defined twice")
-        statements[name] = body.strip()
+        if kind == "part":
+            parts[name] = _condition(name, body)
+        else:
+            statements[name] = body.strip()
+    included = set()
+
+    def include(match):
+        name = match.group(1)
+        if name == "now":
+            return match.group(0)
+        if name not in parts:
+            raise ValueError(f"part {name!r} is included but not defined")
+        included.add(name)
+        return parts[name]
+
+    statements = {name: INCLUDE.sub(include, body) for name, body in statements.items()}
+    unused = sorted(set(parts) - included)
+    if unused:
+        raise ValueError(f"part {unused[0]!r} is included by no statement")
     return statements
 
 
+def _condition(name, body):
+    """A part's text as a statement includes it: in parentheses, without the
+    comment lines that open it."""
+    lines = body.strip().splitlines()
+    while lines and lines[0].lstrip().startswith("--"):
+        lines.pop(0)
+    text = "\n".join(lines).strip()
+    if not text:
+        raise ValueError(f"part {name!r} is empty")
+    if any(found != "now" for found in INCLUDE.findall(text)):
+        raise ValueError(f"part {name!r} includes another part")
+    return f"({text})"
+
+
 def load(path):
-    """The statements of the ``.sql`` file at ``path``, as written."""
+    """The statements of the ``.sql`` file at ``path`` (``parse``)."""
     with open(path, encoding="utf-8") as file:
         return parse(file.read())
 

@@ -205,7 +205,7 @@ def test_a_release_whose_expand_steps_follow_an_unfinished_upgrade_is_not_ready(
         assert_not_ready(client, "the database schema is older than this release")
         assert logged(caplog, "the database schema is older than this release: "
                               "0014_job_rows, 0015_job_event_type, 0016_portal, "
-                              "0017_delivery_log_index not applied: "
+                              "0017_delivery_log_index, 0018_due_rule not applied: "
                               "run `plantstore db upgrade`")
     finally:
         db.upgrade()
@@ -220,7 +220,7 @@ def test_a_schema_older_than_the_code_is_not_ready_and_its_failing_writes_are_50
         assert_not_ready(client, "the database schema is older than this release")
         assert logged(caplog, "the database schema is older than this release: "
                               "0014_job_rows, 0015_job_event_type, 0016_portal, "
-                              "0017_delivery_log_index not applied: "
+                              "0017_delivery_log_index, 0018_due_rule not applied: "
                               "run `plantstore db upgrade`")
         create = client.post("/plants", json={"id": 1, "name": "Fern"}, headers=bearer(alice))
         if POSTGRES_URL:  # a create calls 0014's functions

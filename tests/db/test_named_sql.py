@@ -61,3 +61,43 @@ def test_a_statement_runs_on_the_bound_database_with_rows_as_dicts(app, queries)
         == [{"id": 7, "name": "Fern", "tag": "green"}]
     assert rows[0]["now"] is not None
     assert none == []
+
+
+PARTS = """\
+-- part: fresh
+-- A plant named lately (its comment is the file's, not the statement's).
+p.created_at >= {now} - :days
+AND p.name <> ''
+
+-- name: fresh_plants
+SELECT p.id FROM plant p WHERE {fresh} AND p.owner_id = :owner
+
+-- name: fresh_count
+SELECT count(*) FROM plant p WHERE p.tag = :tag AND {fresh}
+"""
+
+
+def test_a_part_is_written_once_and_included_by_each_statement_in_parentheses():
+    fresh = "(p.created_at >= {now} - :days\nAND p.name <> '')"
+    assert named_sql.parse(PARTS) == {
+        "fresh_plants": f"SELECT p.id FROM plant p WHERE {fresh} AND p.owner_id = :owner",
+        "fresh_count": f"SELECT count(*) FROM plant p WHERE p.tag = :tag AND {fresh}"}
+    assert named_sql.compiled(named_sql.parse(PARTS)["fresh_plants"], "sqlite") \
+        == (f"SELECT p.id FROM plant p WHERE (p.created_at >= {db.DATABASE_NOW['sqlite']}"
+            " - :days\nAND p.name <> '') AND p.owner_id = :owner")
+
+
+@pytest.mark.parametrize("text, refusal", [
+    ("-- part: p\nTRUE\n-- name: q\nSELECT {p}\n-- part: p\nFALSE\n",
+     "'p' is defined twice"),
+    ("-- part: p\nTRUE\n-- name: p\nSELECT {p}\n", "'p' is defined twice"),
+    ("-- name: q\nSELECT 1 WHERE {missing}\n", "part 'missing' is included but not defined"),
+    ("-- part: p\nTRUE\n-- name: q\nSELECT 1\n", "part 'p' is included by no statement"),
+    ("-- part: p\nTRUE\n-- part: r\n{p} AND FALSE\n-- name: q\nSELECT {r}\n",
+     "part 'r' includes another part"),
+    ("-- part: p\n-- only a comment\n-- name: q\nSELECT {p}\n", "part 'p' is empty"),
+])
+def test_a_part_defined_twice_missing_unused_nested_or_empty_is_refused(text, refusal):
+    with pytest.raises(ValueError, match=refusal):
+        named_sql.parse(text)
+

@@ -49,7 +49,7 @@ def test_the_migrations_helper_is_no_migration_and_the_migrations_share_it():
               open(os.path.join(MIGRATIONS_DIR, name), encoding="utf-8").read()]
     assert not copies, copies
     for name in ("0010_engine_v2_functions.py", "0011_receiver_throttle.py",
-                 "0014_job_rows.py", "0015_job_event_type.py"):
+                 "0014_job_rows.py", "0015_job_event_type.py", "0018_due_rule.py"):
         text = open(os.path.join(MIGRATIONS_DIR, name), encoding="utf-8").read()
         assert "from plantstore.db.migrations.frozen_functions import function_text" in text
     assert function_text("plantstore_claim_v3").startswith("--")

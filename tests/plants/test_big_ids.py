@@ -119,7 +119,7 @@ def test_ids_running_out_answer_503_never_500(app, client, runner, alice):
 
 
 AFTER_0012 = ("0013_bigint_ids", "0014_job_rows", "0015_job_event_type", "0016_portal",
-               "0017_delivery_log_index")
+               "0017_delivery_log_index", "0018_due_rule")
 LEFT = (f"left for after the rollout: {', '.join(AFTER_0012)} (run `plantstore db upgrade` "
         "once every node runs this release)")
 

@@ -5,10 +5,13 @@ transaction; the claim's lease, the outcome batch and a create's store are
 versioned PL/pgSQL functions (``migrations/functions/``: a function keeps
 its plans for the session, through PgBouncer's transaction pooling too).
 A claim is two statements: ``due_candidates`` (read), then, once
-``rules.fair_shares`` has chosen, ``plantstore_claim_v2``, which locks each
+``rules.fair_shares`` has chosen, ``plantstore_claim_v4``, which locks each
 subscription's share ``FOR UPDATE SKIP LOCKED`` and re-checks every row,
 so two claims racing each other never lease a row twice and the one that
-loses takes the next due rows instead. The throttle's buckets are refilled
+loses takes the next due rows instead. What is due is written once, in
+migration 0018's ``plantstore_delivery_due_v1`` and
+``plantstore_subscription_due_v1``, which the claim's functions and
+``oldest_due_age`` call (inlined by the planner). The throttle's buckets are refilled
 and taken by ``plantstore_throttle_take_v1`` (migration 0011), a create's
 token by that migration's trigger, in the create's own statement.
 """

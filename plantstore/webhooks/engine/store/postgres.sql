@@ -20,21 +20,20 @@ SELECT * FROM plantstore_store_keyed_plant_v3(
 
 -- name: due_candidates
 -- What rules.fair_shares chooses from (see the function's file).
-SELECT * FROM plantstore_due_candidates_v2(:most, :due_by::timestamp)
+SELECT * FROM plantstore_due_candidates_v3(:most, :due_by::timestamp)
 
 -- name: oldest_due_age
--- Seconds the oldest due, unleased delivery a claim could take now has
--- waited (an open breaker's only once its probe is due); 0 when none is.
+-- Seconds the oldest delivery a claim could take now has waited (an open
+-- breaker's only once its probe is due); 0 when none is. The due rule is
+-- migration 0018's two functions, as in the claim's (inlined by the planner).
 SELECT coalesce(extract(epoch FROM {now} - (
     SELECT d.next_attempt_at FROM delivery d JOIN subscription s ON s.id = d.subscription_id
-    WHERE d.status = 'pending' AND s.is_active
-      AND d.next_attempt_at <= {now}
-      AND (d.locked_until IS NULL OR d.locked_until <= {now})
-      AND (s.breaker_opened_at IS NULL OR s.breaker_probe_at <= {now})
+    WHERE plantstore_delivery_due_v1(d.status, d.next_attempt_at, d.locked_until, NULL)
+      AND plantstore_subscription_due_v1(s.is_active, s.breaker_opened_at, s.breaker_probe_at)
     ORDER BY d.next_attempt_at LIMIT 1)), 0) AS age_seconds
 
 -- name: claim
-SELECT * FROM plantstore_claim_v3(
+SELECT * FROM plantstore_claim_v4(
     :subscription_ids::int[], :shares::int[], :due_by::timestamp,
     :cooldown, :lease_seconds)
 
@@ -179,11 +178,11 @@ DELETE FROM delivery
 WHERE id = ANY(:ids::bigint[]) AND status IN ('delivered', 'failed')
   AND created_at < {now} - :days * interval '1 day'
 
--- --- the throttle (webhooks/engine/throttle.py): functions of migration 0011 --------
+-- --- the throttle (webhooks/engine/throttle.py): functions of migrations 0011, 0018 -
 
 -- name: throttle_take_for_claim
 -- (subscription_id, tokens) of every throttled subscription with due deliveries.
-SELECT * FROM plantstore_throttle_take_for_claim_v1(
+SELECT * FROM plantstore_throttle_take_for_claim_v2(
     :ids::int[], :rooms::int[], :default_room, :limit, :due_by::timestamp)
 
 -- name: throttle_take

@@ -45,7 +45,7 @@ def due_candidates(most, due_by):
 
 def oldest_due_age():
     now = clock.now()
-    rows = QUERIES.rows("oldest_due", {"now": now})
+    rows = QUERIES.rows("oldest_due", {"now": now, "due_by": now})
     return (now - _stored_time(rows[0]["next_attempt_at"])).total_seconds() if rows else 0.0
 
 

@@ -3,28 +3,38 @@
 -- from the process (plantstore/db/clock.py). Lists are passed as JSON arrays
 -- (json_each). Parameters are :name (db/named_sql.py); rows are read by column name.
 
+-- --- the due rule, written once: the parts the claim's statements include ----------
+
+-- part: due
+-- A delivery (d) is due, and a claim may take it: pending, its next attempt's
+-- time come by :due_by, no sender holding it (its lease unset or run out by :now).
+-- The statements including it read through the index delivery_due_per_subscription.
+d.status = 'pending' AND d.next_attempt_at <= :due_by
+AND (d.locked_until IS NULL OR d.locked_until <= :now)
+
+-- part: subscription_due
+-- A claim may take a subscription's (s) due deliveries: it is active, and its
+-- breaker closed or its next probe due by :now.
+s.is_active AND (s.breaker_opened_at IS NULL OR s.breaker_probe_at <= :now)
+
 -- name: active_subscriptions
--- The active subscriptions a claim may take from: breaker closed, or its probe due.
-SELECT id AS subscription_id, coalesce(owner_id, 0) AS owner_key,
-       breaker_opened_at IS NOT NULL AS breaker_open
-FROM subscription
-WHERE is_active AND (breaker_opened_at IS NULL OR breaker_probe_at <= :now)
+-- The subscriptions a claim may take from.
+SELECT s.id AS subscription_id, coalesce(s.owner_id, 0) AS owner_key,
+       s.breaker_opened_at IS NOT NULL AS breaker_open
+FROM subscription s
+WHERE {subscription_due}
 
 -- name: due_of_subscription
--- One subscription's due, unleased deliveries, most overdue first, at most
--- :most (through the index delivery_due_per_subscription).
-SELECT id AS delivery_id, next_attempt_at FROM delivery
-WHERE subscription_id = :subscription_id AND status = 'pending'
-  AND next_attempt_at <= :due_by AND (locked_until IS NULL OR locked_until <= :now)
-ORDER BY next_attempt_at, id LIMIT :most
+-- One subscription's due deliveries, most overdue first, at most :most.
+SELECT d.id AS delivery_id, d.next_attempt_at FROM delivery d
+WHERE d.subscription_id = :subscription_id AND {due}
+ORDER BY d.next_attempt_at, d.id LIMIT :most
 
 -- name: oldest_due
--- When the oldest due, unleased delivery a claim could take now fell due
+-- When the oldest delivery a claim could take now (:due_by, :now) fell due
 -- (an open breaker's only once its probe is due); no row when none is.
 SELECT d.next_attempt_at FROM delivery d JOIN subscription s ON s.id = d.subscription_id
-WHERE d.status = 'pending' AND s.is_active
-  AND d.next_attempt_at <= :now AND (d.locked_until IS NULL OR d.locked_until <= :now)
-  AND (s.breaker_opened_at IS NULL OR s.breaker_probe_at <= :now)
+WHERE {due} AND {subscription_due}
 ORDER BY d.next_attempt_at LIMIT 1
 
 -- name: take_probe
@@ -33,12 +43,12 @@ UPDATE subscription SET breaker_probe_at = :next_probe
 WHERE id = :subscription_id AND breaker_opened_at IS NOT NULL AND breaker_probe_at <= :now
 
 -- name: lease_share
+-- :taken of one subscription's due deliveries, most overdue first, leased.
 UPDATE delivery SET lease = lease + 1, locked_until = :until
 WHERE id IN (
-    SELECT id FROM delivery
-    WHERE subscription_id = :subscription_id AND status = 'pending'
-      AND next_attempt_at <= :due_by AND (locked_until IS NULL OR locked_until <= :now)
-    ORDER BY next_attempt_at, id LIMIT :taken)
+    SELECT d.id FROM delivery d
+    WHERE d.subscription_id = :subscription_id AND {due}
+    ORDER BY d.next_attempt_at, d.id LIMIT :taken)
 RETURNING id AS delivery_id
 
 -- name: jobs_of
@@ -179,16 +189,11 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('delivered', 'fai
 -- read and write buckets.
 
 -- name: throttle_due_subscriptions
--- The throttled, active subscriptions with due, unleased deliveries that a claim
--- may take (an open breaker's once its probe is due).
+-- The throttled subscriptions a claim may take from that have due deliveries.
 SELECT s.id AS subscription_id, s.breaker_opened_at IS NOT NULL AS breaker_open
 FROM subscription s
-WHERE s.rate_limit IS NOT NULL AND s.is_active
-  AND (s.breaker_opened_at IS NULL OR s.breaker_probe_at <= :now)
-  AND EXISTS (SELECT 1 FROM delivery d
-              WHERE d.subscription_id = s.id AND d.status = 'pending'
-                AND d.next_attempt_at <= :due_by
-                AND (d.locked_until IS NULL OR d.locked_until <= :now))
+WHERE s.rate_limit IS NOT NULL AND {subscription_due}
+  AND EXISTS (SELECT 1 FROM delivery d WHERE d.subscription_id = s.id AND {due})
 
 -- name: throttle_buckets
 -- The buckets of those of :ids that are throttled.
