@@ -110,7 +110,29 @@ class Browser:
         from selenium.webdriver.support import expected_conditions as seen
         page = self.driver.find_element(By.TAG_NAME, "html")
         self.wait.until(seen.element_to_be_clickable((By.CSS_SELECTOR, css))).click()
-        self.wait.until(seen.staleness_of(page))
+        self.wait_for_page_after(page)
+
+    def wait_for_page_after(self, page):
+        """Wait until ``page`` (the ``html`` element before an action) is
+        gone: stale, or, while Chromium swaps the documents, no longer of
+        the document (its answer in that instant, which selenium's
+        ``staleness_of`` does not take for gone)."""
+        from selenium.common.exceptions import (
+            StaleElementReferenceException,
+            WebDriverException,
+        )
+
+        def gone(_):
+            try:
+                page.is_enabled()
+            except StaleElementReferenceException:
+                return True
+            except WebDriverException as error:
+                if "does not belong to the document" in (error.msg or ""):
+                    return True
+                raise
+            return False
+        self.wait.until(gone)
 
     def button(self, label, within="main"):
         """The button (or link) whose text is ``label``, under ``within``."""
@@ -121,10 +143,9 @@ class Browser:
     def submit(self, element):
         """Click ``element`` and wait for the page it leads to."""
         from selenium.webdriver.common.by import By
-        from selenium.webdriver.support import expected_conditions as seen
         page = self.driver.find_element(By.TAG_NAME, "html")
         element.click()
-        self.wait.until(seen.staleness_of(page))
+        self.wait_for_page_after(page)
 
     def reload_until(self, css, count=1, text=None):
         """Reload the page until ``css`` selects at least ``count`` elements

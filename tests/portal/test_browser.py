@@ -123,10 +123,9 @@ def enter_key(browser):
     """Press Enter and wait for the page it leads to."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.support import expected_conditions as seen
     page = browser.driver.find_element(By.TAG_NAME, "html")
     press(browser, Keys.ENTER)
-    browser.wait.until(seen.staleness_of(page))
+    browser.wait_for_page_after(page)
 
 
 def test_the_main_flow_by_keyboard_alone(browser, portal, alice, make_receiver):
