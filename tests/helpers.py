@@ -4,8 +4,10 @@ error shape, plants made and listed, paging, waiting, and the installed
 
 Fixtures live in ``conftest.py`` and in the plugins under ``plugins/``.
 """
+import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -175,6 +177,18 @@ class ProcessOutput:
     def read(self):
         """Everything written so far, as text."""
         return self.path.read_bytes().decode(errors="replace")
+
+
+@contextlib.contextmanager
+def process_group_killed_after(process):
+    """Run the block; then, if ``process`` (started in a session of its own)
+    still runs, as after a failed assertion, SIGKILL its whole group."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def plantstore_env(database_url, **settings):

@@ -19,7 +19,14 @@ import requests
 from click.testing import CliRunner
 from playhouse.migrations import Migration
 
-from helpers import PLANTSTORE, REPO, free_port, plantstore_env, run_plantstore
+from helpers import (
+    PLANTSTORE,
+    REPO,
+    free_port,
+    plantstore_env,
+    process_group_killed_after,
+    run_plantstore,
+)
 from plantstore.cli import cli
 from plantstore.db import MIGRATIONS_DIR
 from plantstore.server import launch as web_server
@@ -170,16 +177,12 @@ def test_plantstore_web_serves_and_a_sigterm_ends_it_with_status_0(tmp_path):
     with log.open("wb") as output:
         server = subprocess.Popen(WEB, cwd=REPO, env=env, stdout=output,
                                   stderr=subprocess.STDOUT, start_new_session=True)
-    try:
+    with process_group_killed_after(server):
         wait_until_up(f"http://127.0.0.1:{port}/healthz", server)
         answer = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
         assert answer.status_code == 200, answer.text
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=60) == 0, log.read_text()
-    finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
     lines = [json.loads(line) for line in log.read_text().splitlines()
              if line.startswith("{")]
     [listening] = [line for line in lines if line["message"].startswith("Listening at")]

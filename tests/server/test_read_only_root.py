@@ -11,7 +11,14 @@ import tempfile
 import pytest
 import requests
 
-from helpers import PLANTSTORE, REPO, free_port, plantstore_env, run_plantstore
+from helpers import (
+    PLANTSTORE,
+    REPO,
+    free_port,
+    plantstore_env,
+    process_group_killed_after,
+    run_plantstore,
+)
 from plugins.read_only import read_only
 from plugins.servers import wait_until_up
 
@@ -38,7 +45,7 @@ def test_the_web_server_serves_on_a_read_only_root_without_a_tmpfs_on_tmp(tmp_pa
                 read_only([tmp_path, *TEMPORARY_FOLDERS], [PLANTSTORE, "web"]), cwd=REPO,
                 env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
         url = f"http://127.0.0.1:{env['PORT']}"
-        try:
+        with process_group_killed_after(server):
             wait_until_up(f"{url}/healthz", server)
             assert requests.get(f"{url}/healthz", timeout=5).status_code == 200
             scrape = requests.get(f"{url}/metrics", timeout=5)
@@ -46,10 +53,6 @@ def test_the_web_server_serves_on_a_read_only_root_without_a_tmpfs_on_tmp(tmp_pa
             assert 'plantstore_http_requests_total{method="GET",route="/healthz"' in scrape.text
             server.send_signal(signal.SIGTERM)
             assert server.wait(timeout=60) == 0, log.read_text()
-        finally:
-            if server.poll() is None:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
     assert "Traceback" not in log.read_text()
     assert set(glob.glob("/dev/shm/plantstore-metrics-*")) == before  # removed at the stop
 
