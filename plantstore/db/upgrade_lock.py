@@ -96,7 +96,7 @@ def _wait_for_other(began, progress, holder):
 
 
 WAITS_OF_THE_UPGRADE = """
-SELECT coalesce(waiting.relation::regclass::text, 'a row'), blocker.pid, blocker.state,
+SELECT waiting.locktype, waiting.relation::regclass::text, blocker.pid, blocker.state,
        blocker.query_start, blocker.xact_start, blocker.application_name,
        host(blocker.client_addr), blocker.query
 FROM pg_stat_activity upgrade
@@ -120,17 +120,22 @@ WHERE lock.locktype = 'advisory' AND lock.granted AND lock.classid = %s AND lock
 """The session holding another upgrade's lock."""
 
 
-class UpgradeSession(threading.Thread):
-    """A connection of its own holding the upgrade's advisory lock on
-    PostgreSQL in a transaction that lasts the whole upgrade (transaction
-    level, so PgBouncer in transaction mode keeps it on one server
-    connection), and meanwhile watching what the upgrade's own sessions
-    (told by their ``application_name``, or their pid as the runner saw it)
-    wait for: the table and the session holding it, said at most every
-    ``PROGRESS_SECONDS``."""
+class UpgradeSession:
+    """The upgrade's advisory lock on PostgreSQL, and a watch on what the
+    upgrade's own sessions wait for, each on a connection of its own.
+
+    The lock is transaction level, so PgBouncer in transaction mode keeps
+    it on one server connection. Its transaction runs no statement once the
+    lock is held: it keeps no snapshot, so ``CREATE INDEX CONCURRENTLY``,
+    which waits for every transaction that held one when it began, never
+    waits for the upgrade's own. Each try for the lock is a transaction of
+    its own, so a waiting upgrade never holds back the running one's index
+    builds either. The watch runs each look in a statement of its own and
+    says the table (or the transaction) and the session holding a migration
+    back, at most every ``PROGRESS_SECONDS``; its sessions are told by their
+    ``application_name``, or their pid as the runner saw it."""
 
     def __init__(self, database, say):
-        super().__init__(name="upgrade-session", daemon=True)
         self.database, self.say = database, say
         self.application_name = database.obj.connect_params["application_name"]
         self.migration = None  # the migration running now, set by the runner
@@ -138,60 +143,79 @@ class UpgradeSession(threading.Thread):
         self.blocked = {}  # migration name → what it last waited for
         self._turn, self._done = threading.Event(), threading.Event()
         self._error = None
+        self._holder = threading.Thread(target=self._hold_the_lock, name="upgrade-lock",
+                                        daemon=True)
+        self._watch = threading.Thread(target=self._watch_the_waits, name="upgrade-watch",
+                                       daemon=True)
 
-    def run(self):
+    def start(self):
+        """Begin trying for the lock (``wait_for_turn`` waits for it)."""
+        self._holder.start()
+
+    def _hold_the_lock(self):
         try:
-            with self.database.connection_context(), self.database.atomic():
-                self.database.execute_sql(
-                    "SET LOCAL idle_in_transaction_session_timeout = 0")
-                self._take_the_lock()
-                self._turn.set()
-                progress = Progress(self.say)
-                while not self._done.wait(LOOK_EVERY_SECONDS):
-                    self._look(progress)
+            with self.database.connection_context():
+                self._take_the_lock_and_hold_it()
         except Exception as error:  # told to the upgrade by wait_for_turn
             self._error = error
             self._turn.set()
 
-    def _take_the_lock(self):
+    def _take_the_lock_and_hold_it(self):
         began, progress = time.monotonic(), Progress(self.say)
         holder = None
-        while not self.database.execute_sql(
-                "SELECT pg_try_advisory_xact_lock(%s, %s)", UPGRADE_LOCK).fetchone()[0]:
+        while True:
+            with self.database.atomic():
+                self.database.execute_sql("SET LOCAL idle_in_transaction_session_timeout = 0")
+                if self.database.execute_sql("SELECT pg_try_advisory_xact_lock(%s, %s)",
+                                             UPGRADE_LOCK).fetchone()[0]:
+                    if holder:
+                        self.say(f"waited {time.monotonic() - began:.0f} s for another "
+                                 f"`plantstore db upgrade` ({holder}) to end")
+                    self._turn.set()
+                    self._done.wait()  # set by end(), whatever the upgrade's outcome
+                    return
             rows = self.database.execute_sql(HOLDER_OF_THE_UPGRADE_LOCK, UPGRADE_LOCK).fetchall()
-            self.database.execute_sql("SELECT pg_stat_clear_snapshot()")
             holder = "a session that has ended since"
             if rows:
                 pid, since, application, address = rows[0]
                 holder = (f"PostgreSQL session pid {pid}, {application}, from "
                           f"{address or 'a local socket'}, connected {_utc(since)}")
             _wait_for_other(began, progress, holder)
-        if holder:
-            self.say(f"waited {time.monotonic() - began:.0f} s for another "
-                     f"`plantstore db upgrade` ({holder}) to end")
+
+    def _watch_the_waits(self):
+        try:
+            with self.database.connection_context():
+                progress = Progress(self.say)
+                while not self._done.wait(LOOK_EVERY_SECONDS):
+                    self._look(progress)
+        except Exception as error:  # the upgrade goes on, unwatched
+            self.say(f"stopped looking for what the upgrade waits for: {error}")
 
     def _look(self, progress):
         """Note what the running migration waits for; say it now and then."""
         migration = self.migration
         rows = self.database.execute_sql(WAITS_OF_THE_UPGRADE,
                                          (self.application_name, list(self.pids))).fetchall()
-        self.database.execute_sql("SELECT pg_stat_clear_snapshot()")
         if migration and rows:
             self.blocked[migration] = rows[0]
-            progress(f"{migration} waits for a lock on {_waited_for(rows[0])}; "
+            progress(f"{migration} waits for {_waited_for(rows[0])}; "
                      "giving way to the service and trying again")
 
     def wait_for_turn(self):
-        """Return once the lock is held; the error that kept it from being."""
+        """Return once the lock is held, and start the watch; the error that
+        kept the lock from being held."""
         if not self._turn.wait(WAIT_FOR_OTHER_UPGRADE_SECONDS + 60):
             raise UpgradeError("the upgrade's lock could not be taken")
         if self._error is not None:
             raise self._error
+        self._watch.start()
 
     def end(self):
-        """Release the lock (the transaction ends); wait for the thread."""
+        """Release the lock (its transaction ends); wait for both threads."""
         self._done.set()
-        self.join(timeout=60)
+        for thread in (self._watch, self._holder):
+            if thread.is_alive():
+                thread.join(timeout=60)
 
     def blocked_message(self, migration):
         """The line an upgrade ends with when ``migration`` could not have its locks."""
@@ -200,20 +224,26 @@ class UpgradeSession(threading.Thread):
             return (f"{migration} gave up: every try met a lock the service held (lock "
                     "timeouts or deadlocks); run `plantstore db upgrade` again when the "
                     "service is quieter")
-        pid = seen[1]
-        return (f"{migration} gave up waiting for a lock on {_waited_for(seen)}: end that "
+        pid = seen[2]
+        return (f"{migration} gave up waiting for {_waited_for(seen)}: end that "
                 f"session (SELECT pg_terminate_backend({pid})) or let it finish, then run "
                 "`plantstore db upgrade` again")
 
 
 def _waited_for(row):
-    """A lock wait as the operator reads it: the table and the session holding it."""
-    table, pid, state, query_start, xact_start, application, address, query = row
+    """A wait as the operator reads it: a lock on a table or a row, or an older
+    transaction's end (``CREATE INDEX CONCURRENTLY``), and the session holding it."""
+    locktype, table, pid, state, query_start, xact_start, application, address, query = row
     query = " ".join((query or "").split())
-    return (f"table {table}, held by PostgreSQL session pid {pid} ({state}, from "
-            f"{address or 'a local socket'}{f', application {application}' if application else ''}"
-            f"; its transaction began {_utc(xact_start)}, its query {_utc(query_start)}: "
-            f"{query[:80]!r})")
+    session = (f"PostgreSQL session pid {pid} ({state}, from {address or 'a local socket'}"
+               f"{f', application {application}' if application else ''}"
+               f"; its transaction began {_utc(xact_start)}, its query {_utc(query_start)}: "
+               f"{query[:80]!r})")
+    if table:
+        return f"a lock on table {table}, held by {session}"
+    if locktype == "transactionid":
+        return f"a lock on a row, held by {session}"
+    return f"an older transaction to end, in {session}"
 
 
 def _utc(moment):

@@ -167,3 +167,62 @@ def test_a_blocked_migration_says_what_holds_it_every_few_seconds_then_what_to_d
     assert again.exit_code == 0, again.output
     assert [line.split(" (")[0] for line in again.stdout.splitlines()] == [
         f"applied {name}" for name in pending]
+
+
+UPGRADE_SESSIONS = """
+SELECT pid, state, xact_start, query_start, state_change, backend_xmin IS NOT NULL, query
+FROM pg_stat_activity
+WHERE application_name LIKE %s AND pid NOT IN (SELECT pid FROM pg_locks WHERE NOT granted)
+"""
+"""The sessions of one upgrade other than the migration's (the one waiting)."""
+
+
+@postgres_only
+def test_an_index_built_concurrently_waits_for_the_services_transactions_never_the_upgrades_own(
+        undo, upgrades, database_url):
+    """``CREATE INDEX CONCURRENTLY`` waits for every transaction that held a
+    snapshot when it began: the upgrade's lock and its watch must hold none,
+    or the build waits for the upgrade that runs it, for ever."""
+    undo("0017_delivery_log_index")  # built CONCURRENTLY
+    service = psycopg2.connect(POSTGRES_URL, application_name="a report")
+    observer = psycopg2.connect(POSTGRES_URL)
+    observer.autocommit = True  # each look a transaction of its own, holding back nothing
+    try:
+        service.set_session(isolation_level="REPEATABLE READ")
+        with service.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM plant")  # its snapshot held until the rollback
+        upgrade = upgrades(database_url)
+        upgrade.wait_for("0017_delivery_log_index waits for an older transaction to end, in "
+                         f"PostgreSQL session pid {service.get_backend_pid()} (idle in "
+                         "transaction, from ")
+        samples = []
+
+        def looked_three_times():
+            with observer.cursor() as cursor:
+                cursor.execute(UPGRADE_SESSIONS,
+                               (f"plantstore db upgrade {upgrade.process.pid}@%",))
+                samples.extend(cursor.fetchall())
+            return len({state_change for _, state, _, _, state_change, _, _ in samples
+                        if state != "idle in transaction"}) >= 3
+        wait_until(looked_three_times, timeout=60, interval=0.02,
+                   message="the upgrade's watch to look three times")
+        service.rollback()
+    finally:
+        service.close()
+        observer.close()
+
+    holding = [sample for sample in samples if sample[1] == "idle in transaction"]
+    assert {(pid, query) for pid, *_, query in holding} == {
+        (holding[0][0], "SELECT pg_try_advisory_xact_lock(1886154356, 1)")}, samples
+    assert {state_change for *_, state_change, _, _ in holding} == {holding[0][4]}, (
+        "the lock's transaction ran a statement after it took the lock", samples)
+    assert not any(has_snapshot for *_, has_snapshot, _ in holding), samples
+    statements_per_transaction = {}
+    for pid, _, xact_start, query_start, *_ in samples:
+        if xact_start is not None:
+            statements_per_transaction.setdefault((pid, xact_start), set()).add(query_start)
+    assert all(len(starts) == 1 for starts in statements_per_transaction.values()), (
+        "a session of the upgrade kept a transaction across statements", samples)
+    status, printed, said, _ = upgrade.finish(timeout=60)
+    assert (status, printed.splitlines()) == (
+        0, ["applied 0017_delivery_log_index", "applied 0018_due_rule"]), said
