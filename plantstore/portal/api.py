@@ -52,9 +52,11 @@ class PortalLinkSchema(ma.Schema):
 def create_portal_link(new):
     """Mints a single-use link into the portal for the caller.
 
-    Opening it starts a portal session on your webhook endpoints and
-    deliveries (read-only if asked); revoking this token ends the sessions
-    its links started. 404 when the portal is off on this server.
+    Opening it in a browser shows a page whose button starts a portal
+    session on your webhook endpoints and deliveries (read-only if asked);
+    fetching it spends nothing, so a mail scanner cannot. Revoking this
+    token ends the sessions its links started. 404 when the portal is off
+    on this server.
     """
     public_url = current_app.config["PORTAL_URL"]
     if not public_url:

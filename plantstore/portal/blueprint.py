@@ -4,7 +4,8 @@ say no, and the helpers the views share.
 The gate: the portal is off (every page a 404) without
 ``PLANTSTORE_PORTAL_URL``; a page needs a valid session (``sessions``); a
 POST needs a CSRF token and a same-origin fetch (``security.protect``) and,
-but for logging out, a session that is not read-only.
+but for logging out, a session that is not read-only. The entry's POST,
+made before any session, checks its own (``views_entry``).
 """
 from flask import Blueprint, current_app, g, render_template, request, session
 from flask_wtf.csrf import CSRFError
@@ -17,7 +18,8 @@ from . import security, sessions
 bp = Blueprint("portal", __name__, url_prefix="/portal", template_folder="templates",
                static_folder="static", static_url_path="/static")
 
-OPEN_ENDPOINTS = ("portal.enter", "portal.static", "portal.anything_else")
+OPEN_ENDPOINTS = ("portal.open_link", "portal.entry", "portal.enter", "portal.static",
+                  "portal.anything_else")
 """What answers without a session (an unknown address is a 404 page to anyone)."""
 READ_ONLY_ALLOWED = ("portal.logout",)
 """The one POST a read-only session may send."""

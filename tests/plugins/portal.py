@@ -19,11 +19,32 @@ def mint(client, token, **body):
     return url[len(PUBLIC_URL):]
 
 
+def open_link(client, path, **request):
+    """Fetch a link, as a browser does: the link, then the entry page it
+    leads to; that page's CSRF token."""
+    response = client.get(path, **request)
+    assert response.status_code == 303 and response.headers["Location"] == "/portal/enter"
+    return csrf_of(client.get("/portal/enter", **request))
+
+
+def entered(client, path, **request):
+    """Open the link at ``path`` and send its entry page's form; the form's answer."""
+    return client.post("/portal/enter", data={"csrf_token": open_link(client, path, **request)},
+                       **request)
+
+
 def enter(client, token, **body):
     """Sign ``client`` in by a new link of ``token``'s user; the page's CSRF token."""
-    response = client.get(mint(client, token, **body))
-    assert response.status_code == 303
+    response = entered(client, mint(client, token, **body))
+    assert response.status_code == 303, response.text
     return csrf_of(client.get("/portal/endpoints"))
+
+
+def set_cookie_header(response, name):
+    """The ``Set-Cookie`` header of ``response`` for cookie ``name``."""
+    [header] = [header for header in response.headers.getlist("Set-Cookie")
+                if header.startswith(f"{name}=")]
+    return header
 
 
 def csrf_of(response):

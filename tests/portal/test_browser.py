@@ -10,7 +10,8 @@ import threading
 
 import pytest
 
-from plantstore.db.models import Subscription
+from plantstore.db.models import PortalLink, PortalSession, Subscription
+from plantstore.portal.links import LINK_COOKIE
 from plugins.portal_browser import ATTACKER_HOST, PORTAL_HOST, PWNED
 from plugins.webhooks import Answer, verify
 
@@ -28,10 +29,19 @@ def failing_once(receiver_requests):
     return answer
 
 
-def enter(browser, link):
-    """Open ``link``: the endpoints page, at a URL and history without its key."""
+def enter(browser, link, by_keyboard=False, screenshot=False):
+    """Open ``link``, then its entry page's button (by mouse, or by Tab and
+    Enter): the endpoints page, at a URL and history without its key."""
     key = link.rsplit("/", 1)[1]
     browser.driver.get(link)
+    assert "Open the portal" in browser.text("h1")
+    assert browser.path() == "/portal/enter"
+    browser.check("enter", screenshot=screenshot)
+    if by_keyboard:
+        tab_to(browser, "#open-portal")
+        enter_key(browser)
+    else:
+        browser.click("#open-portal")
     browser.find("#nav-endpoints")
     assert browser.path() == "/portal/endpoints"
     assert not [url for url in browser.history() if key in url], browser.history()
@@ -42,7 +52,7 @@ def test_the_whole_flow_from_link_to_logout(browser, portal, alice, make_receive
     receiver = make_receiver()
     receiver.answer = failing_once(lambda: receiver.requests)
     link = portal.link(alice)
-    enter(browser, link)
+    enter(browser, link, screenshot=True)
     assert "no endpoints yet" in browser.text("#empty")
     browser.check("endpoints-empty", screenshot=True)
 
@@ -130,7 +140,7 @@ def enter_key(browser):
 
 def test_the_main_flow_by_keyboard_alone(browser, portal, alice, make_receiver):
     receiver = make_receiver()
-    enter(browser, portal.link(alice))
+    enter(browser, portal.link(alice), by_keyboard=True)
     tab_to(browser, "a.skip")
     tab_to(browser, "#add-endpoint")
     enter_key(browser)
@@ -234,6 +244,20 @@ class AttackerSite:
         self.server.server_close()
 
 
+def visit_attacker(browser, portal, host, path):
+    """Open an ``AttackerSite`` on ``host`` posting to the portal's ``path``;
+    the heading of the portal page the browser lands on (its checks passed)."""
+    attacker = AttackerSite(portal.url + path)
+    try:
+        browser.driver.get(f"http://{host}:{attacker.port}/")
+        browser.wait.until(lambda driver: driver.current_url.startswith(portal.url))
+        heading = browser.find("h1").text
+        browser.check(f"cross-site-{host.split('.')[0]}{path.replace('/', '-')}")
+        return heading
+    finally:
+        attacker.stop()
+
+
 @pytest.mark.parametrize("host", [PORTAL_HOST, ATTACKER_HOST],
                          ids=["same-host-other-port", "other-site"])
 def test_a_form_posted_from_another_origin_changes_nothing(
@@ -245,14 +269,8 @@ def test_a_form_posted_from_another_origin_changes_nothing(
     browser.click("#save")
     with app.app_context():
         before = Subscription.select().first()
-    attacker = AttackerSite(f"{portal.url}/portal/endpoints/{before.id}/disable")
-    try:
-        browser.driver.get(f"http://{host}:{attacker.port}/")
-        browser.wait.until(lambda driver: driver.current_url.startswith(portal.url))
-        assert browser.find("h1").text in ("Refused", "You are not signed in")
-        browser.check(f"cross-site-{host.split('.')[0]}")
-    finally:
-        attacker.stop()
+    refused = visit_attacker(browser, portal, host, f"/portal/endpoints/{before.id}/disable")
+    assert refused in ("Refused", "You are not signed in")
     with app.app_context():
         after = Subscription.get_by_id(before.id)
     assert after.is_active and after.secret == before.secret
@@ -260,8 +278,30 @@ def test_a_form_posted_from_another_origin_changes_nothing(
     assert "active" in browser.text(f"#endpoint-{before.id}")
 
 
+@pytest.mark.parametrize("host", [PORTAL_HOST, ATTACKER_HOST],
+                         ids=["same-host-other-port", "other-site"])
+def test_a_form_posted_from_another_origin_spends_no_link_the_browser_holds(
+        browser, portal, alice, app, host):
+    link = portal.link(alice)
+    browser.driver.get(link)
+    browser.find("#open-portal")  # the link's key held, its page not sent
+    assert visit_attacker(browser, portal, host, "/portal/enter") in (
+        "Refused", "Open your link again")
+    with app.app_context():
+        assert PortalLink.get().used_at is None and PortalSession.select().count() == 0
+    enter(browser, link)  # its owner still can
+
+
 def test_the_session_cookie_is_out_of_scripts_reach(browser, portal, alice):
     enter(browser, portal.link(alice))
     [cookie] = [c for c in browser.driver.get_cookies() if c["name"] == "plantstore_portal"]
     assert cookie["httpOnly"] and cookie["sameSite"] == "Lax"
     assert "plantstore_portal" not in browser.driver.execute_script("return document.cookie")
+
+
+def test_the_links_key_is_out_of_scripts_reach_on_its_page(browser, portal, alice):
+    browser.driver.get(portal.link(alice))
+    browser.find("#open-portal")  # on /portal/enter, the cookie's path
+    [cookie] = [c for c in browser.driver.get_cookies() if c["name"] == LINK_COOKIE]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Lax" and cookie["path"] == "/portal/enter"
+    assert LINK_COOKIE not in browser.driver.execute_script("return document.cookie")

@@ -1,4 +1,5 @@
-"""Links into the portal: minted by a token or the CLI, opened once."""
+"""Links into the portal: minted by a token or the CLI, opened once, by the
+entry page's form: fetching a link (a mail scanner, a preview) spends nothing."""
 import threading
 
 import pytest
@@ -7,7 +8,8 @@ from helpers import assert_error, bearer
 from plantstore.db import clock
 from plantstore.db.models import PortalLink, PortalSession
 from plantstore.observability.logs import redact
-from plugins.portal import PUBLIC_URL, mint
+from plantstore.portal.links import LINK_COOKIE
+from plugins.portal import PUBLIC_URL, csrf_of, mint, open_link
 
 
 def test_a_link_is_built_from_the_configured_url_never_the_requests_host(client, alice):
@@ -48,16 +50,73 @@ def test_with_the_portal_off_the_route_is_a_404_and_so_is_every_page(client, ali
         assert page.status_code == 404 and "not enabled" in page.text
 
 
-def test_a_link_opens_once_and_leaves_for_a_clean_url(client, alice):
+def test_a_link_leaves_for_a_clean_url_and_its_page_opens_the_portal_once(client, alice):
     path = mint(client, alice)
-    first = client.get(path)
-    assert first.status_code == 303
-    assert first.headers["Location"] == "/portal/endpoints"
-    assert first.headers["Referrer-Policy"] == "no-referrer"
+    key = path.rsplit("/", 1)[1]
+    fetched = client.get(path)
+    assert fetched.status_code == 303
+    assert fetched.headers["Location"] == "/portal/enter"
+    assert fetched.headers["Referrer-Policy"] == "no-referrer"
+    [cookie] = fetched.headers.getlist("Set-Cookie")
+    assert cookie.startswith(f"{LINK_COOKIE}={key};")
+    assert {"HttpOnly", "Path=/portal/enter", "SameSite=Lax"} <= {
+        part.strip() for part in cookie.split(";")}
+    page = client.get("/portal/enter")
+    assert page.status_code == 200 and "alice" in page.text and key not in page.text
+    assert PortalLink.get().used_at is None and PortalSession.select().count() == 0
+
+    entered = client.post("/portal/enter", data={"csrf_token": csrf_of(page)})
+    assert entered.status_code == 303
+    assert entered.headers["Location"] == "/portal/endpoints"
+    assert any(cookie.startswith(f"{LINK_COOKIE}=;")
+               for cookie in entered.headers.getlist("Set-Cookie"))  # the key forgotten
+    assert client.get("/portal/endpoints").status_code == 200
     again = client.get(path)
     assert again.status_code == 410
     assert "already used" in again.text
     assert PortalSession.select().count() == 1
+
+
+def test_a_mail_scanner_fetching_the_link_and_its_page_spends_nothing(app, client, alice):
+    path = mint(client, alice)
+    scanner = app.test_client()
+    assert scanner.head(path).status_code == 303
+    assert scanner.get(path, follow_redirects=True).status_code == 200  # the entry page
+    assert scanner.get("/portal/enter").status_code == 200
+    assert PortalLink.get().used_at is None and PortalSession.select().count() == 0
+
+    csrf = open_link(client, path)  # the owner, later
+    assert client.post("/portal/enter", data={"csrf_token": csrf}).status_code == 303
+    assert client.get("/portal/endpoints").status_code == 200
+
+
+def test_the_entry_page_without_a_link_says_to_open_the_link_again(client, alice):
+    for answer in (client.get("/portal/enter"), client.post("/portal/enter")):
+        assert answer.status_code == 400 and "Open your link again" in answer.text
+    assert PortalSession.select().count() == 0
+
+
+@pytest.mark.parametrize("post", [
+    lambda client, csrf: client.post("/portal/enter"),
+    lambda client, csrf: client.post("/portal/enter", data={"csrf_token": "forged"}),
+    lambda client, csrf: client.post("/portal/enter", data={"csrf_token": csrf},
+                                     headers={"Sec-Fetch-Site": "cross-site"}),
+])
+def test_an_entry_without_its_pages_token_or_from_another_site_spends_nothing(
+        client, alice, post):
+    csrf = open_link(client, mint(client, alice))
+    refused = post(client, csrf)
+    assert refused.status_code == 403 and "not accepted" in refused.text
+    assert PortalLink.get().used_at is None and PortalSession.select().count() == 0
+    assert client.post("/portal/enter", data={"csrf_token": csrf}).status_code == 303
+
+
+def test_one_links_page_never_spends_another_link(client, alice):
+    first_page_csrf = open_link(client, mint(client, alice))
+    open_link(client, mint(client, alice))  # the browser now holds the second key
+    refused = client.post("/portal/enter", data={"csrf_token": first_page_csrf})
+    assert refused.status_code == 403
+    assert PortalLink.select().where(PortalLink.used_at.is_null()).count() == 2
 
 
 def test_an_expired_link_is_a_page_saying_so(client, alice):
@@ -67,6 +126,15 @@ def test_an_expired_link_is_a_page_saying_so(client, alice):
     assert response.status_code == 410
     assert "expired" in response.text
     assert PortalSession.select().count() == 0
+
+
+def test_a_link_that_expires_while_its_page_is_open_opens_nothing(client, alice):
+    csrf = open_link(client, mint(client, alice))
+    PortalLink.update(expires_at=clock.before(1)).execute()
+    response = client.post("/portal/enter", data={"csrf_token": csrf})
+    assert response.status_code == 410 and "expired" in response.text
+    assert PortalSession.select().count() == 0
+    assert client.get("/portal/enter").status_code == 400  # the key forgotten
 
 
 @pytest.mark.parametrize("change", [lambda key: key[:-1] + ("A" if key[-1] != "A" else "B"),
@@ -91,17 +159,17 @@ def test_guessing_links_is_rate_limited_by_the_apis_limits(client):
     assert refused.headers["Retry-After"]
 
 
-def test_two_opens_at_once_start_one_session(app, alice):
-    client = app.test_client()
-    path = mint(client, alice)
+def test_two_entries_at_once_start_one_session(app, alice):
+    path = mint(app.test_client(), alice)
+    openers = [app.test_client() for _ in range(2)]
+    tokens = [open_link(opener, path) for opener in openers]
     barrier, statuses = threading.Barrier(2), []
 
-    def open_link():
+    def enter(opener, csrf):
         barrier.wait(timeout=30)
-        with app.test_client() as opener:
-            statuses.append(opener.get(path).status_code)
+        statuses.append(opener.post("/portal/enter", data={"csrf_token": csrf}).status_code)
 
-    threads = [threading.Thread(target=open_link) for _ in range(2)]
+    threads = [threading.Thread(target=enter, args=pair) for pair in zip(openers, tokens)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -123,7 +191,8 @@ def test_the_cli_prints_a_link_that_opens_the_portal(client, runner, alice):
     assert result.exit_code == 0, result.output
     url = result.stdout.strip()
     assert url.startswith(PUBLIC_URL + "/portal/enter/plk_")
-    assert client.get(url[len(PUBLIC_URL):]).status_code == 303
+    csrf = open_link(client, url[len(PUBLIC_URL):])
+    assert client.post("/portal/enter", data={"csrf_token": csrf}).status_code == 303
     assert PortalSession.get().read_only
 
 

@@ -4,7 +4,7 @@ import pytest
 import requests
 
 from helpers import bearer
-from plugins.portal import PUBLIC_URL
+from plugins.portal import PUBLIC_URL, csrf_of
 
 PORTAL_ENV = {"PLANTSTORE_PORTAL_URL": PUBLIC_URL, "PLANTSTORE_PORTAL_SECRET_KEY": "k" * 40}
 
@@ -21,6 +21,10 @@ def test_no_link_key_or_session_cookie_reaches_a_log_line(gunicorn_server, alice
     browser = requests.Session()
     opened = browser.get(server.url + path, allow_redirects=False, timeout=10)
     assert opened.status_code == 303
+    page = browser.get(server.url + "/portal/enter", timeout=10)  # the key in its cookie
+    entered = browser.post(server.url + "/portal/enter", data={"csrf_token": csrf_of(page)},
+                           allow_redirects=False, timeout=10)
+    assert entered.status_code == 303
     cookie = browser.cookies["plantstore_portal"]
     assert browser.get(server.url + "/portal/endpoints", timeout=10).status_code == 200
     again = requests.get(server.url + path, timeout=10)  # used: a page, logged as 410

@@ -3,33 +3,39 @@ import pytest
 
 from plantstore.db import clock
 from plantstore.db.models import PortalSession
-from plugins.portal import enter, mint
+from plantstore.portal.links import LINK_COOKIE
+from plugins.portal import enter, entered, mint, set_cookie_header
 
 
 def test_the_cookie_is_httponly_samesite_lax_scoped_and_not_secure_over_http(client, alice):
-    response = client.get(mint(client, alice))
-    cookie = response.headers["Set-Cookie"]
+    cookie = set_cookie_header(entered(client, mint(client, alice)), "plantstore_portal")
     assert cookie.startswith("plantstore_portal=pps_")
     for flag in ("HttpOnly", "SameSite=Lax", "Path=/portal"):
         assert flag in cookie
     assert "Secure" not in cookie
 
 
-def test_the_cookie_is_secure_over_https(client, alice):
-    response = client.get(mint(client, alice), base_url="https://plants.example.com")
-    assert "Secure" in response.headers["Set-Cookie"]
+def test_the_cookies_are_secure_over_https(client, alice):
+    https = {"base_url": "https://plants.example.com"}
+    link = client.get(mint(client, alice), **https)
+    assert "Secure" in set_cookie_header(link, LINK_COOKIE)
+    response = entered(client, mint(client, alice), **https)
+    assert "Secure" in set_cookie_header(response, "plantstore_portal")
 
 
 @pytest.mark.app_config({"TRUSTED_PROXIES": 1})
-def test_the_cookie_is_secure_when_the_trusted_proxy_says_https(client, alice):
-    response = client.get(mint(client, alice), headers={"X-Forwarded-Proto": "https"})
-    assert "Secure" in response.headers["Set-Cookie"]
+def test_the_cookies_are_secure_when_the_trusted_proxy_says_https(client, alice):
+    https = {"headers": {"X-Forwarded-Proto": "https"}}
+    link = client.get(mint(client, alice), **https)
+    assert "Secure" in set_cookie_header(link, LINK_COOKIE)
+    response = entered(client, mint(client, alice), **https)
+    assert "Secure" in set_cookie_header(response, "plantstore_portal")
 
 
 def test_a_session_id_offered_before_entry_is_never_kept(client, alice):
     client.set_cookie("plantstore_portal", "pps_chosen_by_an_attacker", path="/portal")
-    response = client.get(mint(client, alice))
-    assert "pps_chosen_by_an_attacker" not in response.headers["Set-Cookie"]
+    response = entered(client, mint(client, alice))
+    assert "pps_chosen_by_an_attacker" not in set_cookie_header(response, "plantstore_portal")
     assert client.get("/portal/endpoints").status_code == 200
 
 
