@@ -244,7 +244,7 @@ def test_database_stall_longer_than_a_lease(healthy_fleet):
 def test_clock_skew(healthy_fleet, offset):
     """A worker whose clock is ``offset`` off, a slow receiver that fails
     every first attempt: nothing under way twice at once, retries on
-    schedule, and the skewed worker takes its share of the retries."""
+    schedule, and the skewed worker makes some of them."""
     fleet, checks = healthy_fleet, Checks()
     fleet.start_receiver(f"clock{offset}", delay=(0.5, 1.0), fail_first=True)
     fleet.stop_worker("worker2")
@@ -286,11 +286,15 @@ def test_clock_skew(healthy_fleet, offset):
                                  f"{longest:.1f} s after the failure), e.g. " + ", ".join(
                                      f"{fleet.host_of(a.peer)} after {gap:.2f} s"
                                      for a, gap in found[:8]))
+    # How many each worker makes is the claiming loop's, not the clock's: a
+    # worker with attempts under way claims as each ends, an idle one at its
+    # poll, so the one busy first may keep most (CI saw 22 of 193, and 102
+    # of 194). A worker judging due times by its own clock would make none
+    # (behind) or make them early (ahead, checked above).
     skewed = share.get("worker2", 0)
-    checks.expect(skewed >= len(retries) / 8,
-                  f"the worker with its clock {offset} made {skewed} of {len(retries)} "
-                  "retries: less than its share (an eighth at least); its log ends:\n"
-                  + fleet.processes["worker2"].tail())
+    checks.expect(skewed > 0,
+                  f"the worker with its clock {offset} made none of {len(retries)} "
+                  "retries; its log ends:\n" + fleet.processes["worker2"].tail())
     checks.verify()
 
 
