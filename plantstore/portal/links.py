@@ -96,7 +96,6 @@ def _token_valid(token_id):
         Token.expires_at.is_null() | (Token.expires_at > clock.now())).exists()
 
 
-
 def hold_key(response, key):
     """Hand the browser ``key`` for the entry page (until it closes)."""
     response.set_cookie(LINK_COOKIE, key, path=ENTRY_PATH, httponly=True, samesite="Lax",
