@@ -215,13 +215,17 @@ def test_the_worker_polls_for_due_deliveries_and_stops_cleanly_on_a_signal_after
     assert len(receiver.requests) == 2
 
 
+# Odd ids fail at first, and on a loaded machine an even id's attempt may
+# outlive SHORT_LEASES' read timeout: five such failures in a row would open
+# the breaker, and the worker would then rightly wait for its probe, half a
+# minute away. The breaker is not this test's subject, so it stays closed.
 @pytest.mark.slow
 def test_every_create_answered_200_reaches_the_receiver_after_gunicorn_is_sigkilled_mid_burst(
         app, runner, alice, database_url, gunicorn_server, make_receiver):
-    # Odd ids fail at first, so only a worker can deliver them.
     receiver = make_receiver(lambda got: Answer(200 if payload_id(got) % 2 == 0 else 503))
     subscribe(runner, receiver.url)
-    server = gunicorn_server(workers=2, env=environment(database_url))
+    server = gunicorn_server(workers=2, env=environment(
+        database_url, WEBHOOK_BREAKER_THRESHOLD=1000))
     answered_200 = create_until_sigkilled(server, alice, 40, lambda plant_id: "fern",
                                           seconds=15)
     assert len(answered_200) >= 40, server.output()
@@ -231,12 +235,13 @@ def test_every_create_answered_200_reaches_the_receiver_after_gunicorn_is_sigkil
     # The worker gets the default timeouts: its own attempts must not time
     # out on a busy machine, or they would wait for a later run.
     finished = run_plantstore("worker", "--once", env=environment(
-        database_url, WEBHOOK_CONNECT_TIMEOUT=2, WEBHOOK_READ_TIMEOUT=5))
+        database_url, WEBHOOK_CONNECT_TIMEOUT=2, WEBHOOK_READ_TIMEOUT=5,
+        WEBHOOK_BREAKER_THRESHOLD=1000))
     assert finished.returncode == 0, finished.stderr
 
     reached = {payload_id(got) for got, answer in zip(receiver.requests, receiver.answers)
                if answer.status == 200}
-    assert set(answered_200) <= reached
+    assert set(answered_200) <= reached, (finished.stdout, attempts_of_undelivered())
     committed = {plant.id for plant in Plant.select(Plant.id)}
     assert set(answered_200) <= committed <= reached
     assert {d.status for d in Delivery.select()} == {Delivery.DELIVERED}
