@@ -133,6 +133,8 @@ logconfig_dict = plantstore_gunicorn.logconfig(loglevel.upper())
 # A worker drops the database connections it inherited, honours a stop
 # sent while it booted and sets up its tracing (see plantstore/server/gunicorn.py).
 post_fork = plantstore_gunicorn.reset_after_fork
+# A worker quitting on a Ctrl-C ignores the master's SIGQUIT that follows.
+worker_int = plantstore_gunicorn.quit_once
 # A kept-alive connection is closed after 25 requests, so the processes
 # share a client's connections instead of one keeping them all
 # (docs/server-model.md, "Balanced processes").

@@ -9,6 +9,7 @@
 - ``reset_after_fork``: a worker forgets the database connections and the
   signal queue it inherited from the master, and sets up its own tracing
   (``prepare_tracing`` imports what that needs, in the master).
+- ``quit_once``: a worker quitting on a Ctrl-C ignores the quits after it.
 - ``close_after_requests``: a kept-alive connection is closed after
   ``KEEPALIVE_REQUESTS`` requests, so connections are spread over the
   processes again as clients make them anew.
@@ -19,6 +20,7 @@
 
 The master's checks before it binds are ``start.py``'s.
 """
+import functools
 import json
 import logging
 import os
@@ -176,14 +178,16 @@ def reset_after_fork(server, worker):
     init_process), a SIGTERM runs the master's handler, which only queues it
     in this process's copy of the master's queue: a stop sent while the
     worker boots would be ignored until the graceful timeout kills it. From
-    here on the worker's own handlers take it, and a Ctrl-C (SIGINT) or a
-    SIGQUIT (sent to the whole process group by a terminal) as the worker's
-    boot goes on ends it at once with status 0; one already queued is
-    honoured: the worker exits as soon as it has booted.
+    here on gunicorn's base handlers take it: a SIGTERM ends the worker as
+    soon as it has booted, and a Ctrl-C (SIGINT) or a SIGQUIT (sent to the
+    whole process group by a terminal) ends it at once with status 0; one
+    already queued is honoured as a SIGTERM. The base handlers, not the
+    worker class's: gthread's wake its poller and stop its thread pool,
+    which its init_process has not made yet.
     """
-    signal.signal(signal.SIGTERM, worker.handle_exit)
-    signal.signal(signal.SIGINT, worker.handle_quit)
-    signal.signal(signal.SIGQUIT, worker.handle_quit)
+    signal.signal(signal.SIGTERM, functools.partial(Worker.handle_exit, worker))
+    signal.signal(signal.SIGINT, functools.partial(Worker.handle_quit, worker))
+    signal.signal(signal.SIGQUIT, functools.partial(Worker.handle_quit, worker))
     if database.obj is not None:
         database.dispose()
     if _stop_was_queued(server.SIG_QUEUE):
@@ -192,6 +196,15 @@ def reset_after_fork(server, worker):
         tracing.start()
     except Exception as error:  # the worker serves untraced rather than not at all
         worker.log.warning("tracing could not start: %s", error)
+
+
+def quit_once(worker):
+    """gunicorn ``worker_int``, run as a worker quits on a SIGINT or SIGQUIT:
+    it ignores the next ones. A Ctrl-C reaches the whole process group, and
+    the master then sends each worker a SIGQUIT of its own; taken during the
+    worker's exit, that second quit printed a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
 
 
 def prepare_tracing():
