@@ -45,11 +45,16 @@ class Gunicorn:
         self.process = None
         self.log = ProcessOutput()
 
-    def start(self):
+    def launch(self):
+        """Start gunicorn in a process group of its own, without waiting for it."""
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "wsgi:app"],
             cwd=REPO, env=self.env, stdout=self.log.file, stderr=subprocess.STDOUT,
             start_new_session=True)
+        return self
+
+    def start(self):
+        self.launch()
         wait_until_up(self.url + "/healthz", self.process, output=self.output)
         return self
 

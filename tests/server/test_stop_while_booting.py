@@ -8,33 +8,26 @@ times; the hook alone is driven on each worker class in
 """
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 
-from helpers import REPO, ProcessOutput, free_port, process_group_killed_after, wait_until
+from helpers import process_group_killed_after, wait_until
+from plugins.servers import Gunicorn
 
 TRIES = 12
 
 
 def ctrl_c_as_the_workers_boot(database_url):
-    """Start gunicorn with four workers in a process group of its own, send
-    the group a SIGINT once the first worker boots: (its exit status, what
-    it wrote)."""
-    output = ProcessOutput()
-    env = {**os.environ, "PLANTSTORE_DATABASE_URL": database_url,
-           "PORT": str(free_port()), "WEB_CONCURRENCY": "4"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "wsgi:app"],
-        cwd=REPO, env=env, stdout=output.file, stderr=subprocess.STDOUT,
-        start_new_session=True)
+    """Start gunicorn with four workers, send its process group a SIGINT once
+    the first worker boots: (its exit status, what it wrote)."""
+    server = Gunicorn(database_url, workers=4).launch()
+    process = server.process
     with process_group_killed_after(process):
-        wait_until(lambda: "Booting worker" in output.read() or process.poll() is not None,
-                   timeout=30, interval=0.005, message=output.read)
+        wait_until(lambda: "Booting worker" in server.output() or process.poll() is not None,
+                   timeout=30, interval=0.005, message=server.output)
         os.killpg(process.pid, signal.SIGINT)
         process.wait(timeout=30)
-    return process.returncode, output.read()
+    return process.returncode, server.output()
 
 
 @pytest.mark.slow
