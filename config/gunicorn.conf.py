@@ -133,8 +133,6 @@ logconfig_dict = plantstore_gunicorn.logconfig(loglevel.upper())
 # A worker drops the database connections it inherited, honours a stop
 # sent while it booted and sets up its tracing (see plantstore/server/gunicorn.py).
 post_fork = plantstore_gunicorn.reset_after_fork
-# A worker quitting on a Ctrl-C ignores the master's SIGQUIT that follows.
-worker_int = plantstore_gunicorn.quit_once
 # A kept-alive connection is closed after 25 requests, so the processes
 # share a client's connections instead of one keeping them all
 # (docs/server-model.md, "Balanced processes").
@@ -144,6 +142,6 @@ pre_request = plantstore_gunicorn.close_after_requests
 child_exit = plantstore_gunicorn.forget_exited_worker
 # A worker stopping gracefully lets its webhook attempts under way end (each
 # by its deadline, connect + read timeout), writes their outcomes, then
-# exports its last spans (at most 5 s).
+# exports its last spans (at most 5 s); then it ignores a late Ctrl-C or SIGQUIT.
 worker_exit = plantstore_gunicorn.before_worker_exit
 on_exit = start.remove_owned_metrics_dir

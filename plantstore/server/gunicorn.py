@@ -9,12 +9,11 @@
 - ``reset_after_fork``: a worker forgets the database connections and the
   signal queue it inherited from the master, and sets up its own tracing
   (``prepare_tracing`` imports what that needs, in the master).
-- ``quit_once``: a worker quitting on a Ctrl-C ignores the quits after it.
 - ``close_after_requests``: a kept-alive connection is closed after
   ``KEEPALIVE_REQUESTS`` requests, so connections are spread over the
   processes again as clients make them anew.
 - ``before_worker_exit``: a stopping worker's webhook attempts end and its
-  last spans are exported.
+  last spans are exported; then it ignores further quits.
 - ``forget_exited_worker``: the per-worker metric files of
   prometheus_client's multiprocess mode.
 
@@ -198,15 +197,6 @@ def reset_after_fork(server, worker):
         worker.log.warning("tracing could not start: %s", error)
 
 
-def quit_once(worker):
-    """gunicorn ``worker_int``, run as a worker quits on a SIGINT or SIGQUIT:
-    it ignores the next ones. A Ctrl-C reaches the whole process group, and
-    the master then sends each worker a SIGQUIT of its own; taken during the
-    worker's exit, that second quit printed a traceback."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
-
-
 def prepare_tracing():
     """In the master, when tracing is on: import the SDK and the exporter, so
     that each worker's set-up after its fork is quick. Starts nothing."""
@@ -256,13 +246,19 @@ def finish_webhook_attempts(server, worker):
 
 
 def before_worker_exit(server, worker):
-    """gunicorn ``worker_exit``: webhook attempts under way end and their
-    outcomes are written (``finish_webhook_attempts``), then the spans still
-    waiting are exported, within ``tracing.FLUSH_SECONDS``."""
+    """gunicorn ``worker_exit``, on every way out of a worker: webhook
+    attempts under way end and their outcomes are written
+    (``finish_webhook_attempts``), then the spans still waiting are
+    exported, within ``tracing.FLUSH_SECONDS``. After that the worker
+    ignores further quits: a Ctrl-C reaches the whole process group and the
+    master then sends each worker a SIGQUIT of its own, which, taken as the
+    interpreter exits, printed a traceback."""
     try:
         finish_webhook_attempts(server, worker)
     finally:
         tracing.shutdown()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGQUIT, signal.SIG_IGN)
 
 
 def forget_exited_worker(server, worker):

@@ -159,6 +159,32 @@ def test_post_fork_keeps_a_stop_that_reaches_a_booting_worker(tmp_path, worker_c
     assert done.stdout.strip().split(",") == ["False", "True", "False", "exit 0", "exit 0"]
 
 
+WORKER_EXIT_PROBE = """
+import os, runpy, signal, types
+
+config = runpy.run_path("config/gunicorn.conf.py")
+
+def quit_taken(sig, frame):  # as gunicorn's: the worker ends at once
+    raise SystemExit(f"signal {sig} taken")
+
+signal.signal(signal.SIGINT, quit_taken)
+signal.signal(signal.SIGQUIT, quit_taken)
+config["worker_exit"](None, types.SimpleNamespace(wsgi=None))  # a worker's last step
+for sig in (signal.SIGINT, signal.SIGQUIT):
+    os.kill(os.getpid(), sig)
+print("ignored")
+"""
+
+
+def test_a_worker_past_its_exit_work_ignores_a_late_quit(tmp_path):
+    # Past worker_exit only the interpreter's own exit is left, and a quit
+    # taken there (the master's SIGQUIT after a Ctrl-C) printed a traceback.
+    done = subprocess.run([sys.executable, "-c", WORKER_EXIT_PROBE], cwd=REPO,
+                          env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ignored", done.stderr
+
+
 def test_metrics_dir_made_for_a_server_start_is_removed_when_it_stops(split_gunicorn, tmp_path):
     private_tmp = tmp_path / "tmp"
     private_tmp.mkdir()
